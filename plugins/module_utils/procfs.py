@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsers for the procfs files NVIDIA nodes expose (node side, Python 3.8+).
+
+Every parser takes text and returns plain data; malformed lines are skipped, never raised on,
+so a truncated or odd file degrades to "not found" instead of a traceback. Paths are always
+built from a caller-supplied ``proc_path`` so the same code audits a host mounted at /host.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+# /proc/devices names the GPU major "nvidia-frontend" before driver 550.40 and "nvidia" after.
+NVIDIA_GPU_MAJOR_NAMES = ("nvidia", "nvidia-frontend")
+NVIDIA_GPU_MAJOR_DEFAULT = 195
+
+_NVRM_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
+_MIG_RE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access$")
+
+
+def read_text(path, limit=1 << 20):
+    """Return the file's text (at most ``limit`` bytes) or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit)
+    except (IOError, OSError):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def proc_file(proc_path, *parts):
+    return os.path.join(proc_path, *parts)
+
+
+def parse_proc_devices(text):
+    """Parse /proc/devices into ``{"character": {name: [majors]}, "block": {...}}``."""
+    out = {"character": {}, "block": {}}
+    section = None
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        low = s.lower()
+        if low.startswith("character devices"):
+            section = "character"
+            continue
+        if low.startswith("block devices"):
+            section = "block"
+            continue
+        if section is None:
+            continue
+        fields = s.split(None, 1)
+        if len(fields) != 2 or not fields[0].isdigit():
+            continue
+        major = int(fields[0])
+        if major > 4095:  # MAJORBITS = 12
+            continue
+        out[section].setdefault(fields[1].strip(), []).append(major)
+    return out
+
+
+def char_major(devices, name):
+    """First character-device major registered under ``name``, else None."""
+    majors = devices.get("character", {}).get(name)
+    return majors[0] if majors else None
+
+
+def nvidia_gpu_major(devices):
+    """(major, name) of the NVIDIA GPU major, accepting both pre- and post-550.40 names."""
+    for name in NVIDIA_GPU_MAJOR_NAMES:
+        major = char_major(devices, name)
+        if major is not None:
+            return major, name
+    return None, None
+
+
+def parse_proc_modules(text):
+    """Parse /proc/modules into ``{name: {"size", "refcount", "state"}}``."""
+    out = {}
+    for line in (text or "").splitlines():
+        f = line.split()
+        if len(f) < 3:
+            continue
+        try:
+            size = int(f[1])
+            refcount = int(f[2])
+        except ValueError:
+            continue
+        out[f[0]] = {"size": size, "refcount": refcount,
+                     "state": f[4] if len(f) > 4 else "Live"}
+    return out
+
+
+def parse_nvidia_version(text):
+    """Kernel-module version from /proc/driver/nvidia/version ("NVRM version: ..."), or None."""
+    for line in (text or "").splitlines():
+        if "NVRM" not in line:
+            continue
+        m = _NVRM_RE.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def parse_mig_minors(text):
+    """Parse /proc/driver/nvidia-caps/mig-minors.
+
+    Returns a list of ``{"kind": "gi"|"ci"|"config"|"monitor", "gpu", "gi", "ci", "minor"}``;
+    ``gpu``/``gi``/``ci`` are None where they do not apply.
+    """
+    out = []
+    for line in (text or "").splitlines():
+        f = line.split()
+        if len(f) != 2 or not f[1].isdigit():
+            continue
+        name, minor = f[0], int(f[1])
+        if name in ("config", "monitor"):
+            out.append({"kind": name, "gpu": None, "gi": None, "ci": None, "minor": minor})
+            continue
+        m = _MIG_RE.match(name)
+        if not m:
+            continue
+        gpu, gi, ci = m.groups()
+        out.append({"kind": "ci" if ci is not None else "gi", "gpu": int(gpu), "gi": int(gi),
+                    "ci": int(ci) if ci is not None else None, "minor": minor})
+    return out
