@@ -17,7 +17,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLL_PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv tree sanity units modules lint integration test demo bench clean
+.PHONY: help venv tree pip-bootstrap sanity units modules lint integration test demo bench clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -36,14 +36,35 @@ tree: $(STAMP)
 
 # ansible-test refuses symlinked trees, so sanity runs on a copy of the tracked files.
 # Every Python 3.8+ found on the machine is offered to ansible-test (module targets are 3.8+).
-sanity: $(STAMP)
+# ansible-test's own sanity requirements, pinned by ansible-test itself.
+SANITY_VENV  := $(BUILD)/sanity-venv
+SANITY_REQS  := $(VENV)/lib/python3.11/site-packages/ansible_test/_data/requirements
+PIP_BOOT_VER := $$($(BIN)/python -c "import re,ansible_test,os;print(re.search(r\"pip='([0-9.]+)'\",open(os.path.join(os.path.dirname(ansible_test.__file__),'_internal','python_requirements.py')).read()).group(1))")
+ATEST_CACHE  := $(HOME)/.ansible/test/cache
+
+$(SANITY_VENV)/.installed: $(STAMP) requirements-dev.txt
+	$(PYTHON) -m venv $(SANITY_VENV)
+	$(SANITY_VENV)/bin/pip install -q --disable-pip-version-check \
+	  "$$(grep -E '^ansible-core==' requirements-dev.txt)" $$(for f in $(SANITY_REQS)/sanity.*.txt; do echo -r $$f; done)
+	touch $@
+
+# ansible-test bootstraps pip in its test venvs from an unreachable host: give it the
+# equivalent (scripts/ansible_test_get_pip.py + the pip wheel from PyPI).
+pip-bootstrap: $(STAMP)
+	v=$(PIP_BOOT_VER); mkdir -p $(ATEST_CACHE); \
+	[ -f $(ATEST_CACHE)/pip-$$v-py3-none-any.whl ] || \
+	  $(BIN)/pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $(ATEST_CACHE) "pip==$$v" \
+	    setuptools wheel; \
+	cp scripts/ansible_test_get_pip.py $(ATEST_CACHE)/get_pip_$${v//./_}.py
+
+sanity: $(SANITY_VENV)/.installed pip-bootstrap
 	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_TREE) $(BUILD)/pythons
 	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} $(SANITY_TREE)/
 	for p in /root/.pyenv/versions/3.*/bin/python3.[0-9]* /usr/bin/python3.[0-9]*; do \
 	  case "$$p" in *-config|*m) continue;; esac; \
 	  [ -x "$$p" ] && ln -sfn "$$p" $(BUILD)/pythons/$$(basename $$p) || true; done
 	cd $(SANITY_TREE) && git init -q && git add -A && \
-	  PATH=$(BIN):$(BUILD)/pythons:$$PATH $(BIN)/ansible-test sanity --venv --color=no $(SANITY_ARGS)
+	  PATH=$(SANITY_VENV)/bin:$(BUILD)/pythons:$$PATH $(SANITY_VENV)/bin/ansible-test sanity --color=no $(SANITY_ARGS)
 
 units: tree
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)

@@ -99,7 +99,7 @@ class AnsibleRunner(object):
         if extra_vars:
             cmd += ["-e", json.dumps(extra_vars)]
         cmd += list(args)
-        proc = subprocess.run(cmd, cwd=self.workdir, env=self.env(env), timeout=timeout,
+        proc = subprocess.run(cmd, cwd=self.workdir, env=self.env(env), timeout=timeout, check=False,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True)
         try:

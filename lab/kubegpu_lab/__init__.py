@@ -1,0 +1,1 @@
+"""kubegpu.fleet GPU node lab: booted Debian nodes, fake NVIDIA stack, fake kubelet, API double."""

@@ -1,0 +1,1 @@
+"""A stateful Kubernetes API double served on loopback."""
