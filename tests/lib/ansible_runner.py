@@ -63,7 +63,7 @@ class AnsibleRunner(object):
         env.update({
             "ANSIBLE_COLLECTIONS_PATH": self.collections_path,
             "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-            "ANSIBLE_CALLBACKS_ENABLED": "",
+            "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_RETRY_FILES_ENABLED": "0",

@@ -1,0 +1,849 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kubelet facts: process, flags, KubeletConfiguration, memory reservations (node side, 3.8+).
+
+Everything here is a plain function over paths the caller supplies (``proc_path``...), so the
+same code audits a node from inside a container that mounts the host at /host. Nothing raises
+for a missing or odd node file: problems end up as messages in the returned facts, because an
+audit must keep going. Functions that take user input (quantities, memory sizes) raise
+``ValueError`` subclasses naming the bad value.
+
+Precedence follows the kubelet: built-in defaults < ``--config`` file < ``--config-dir``
+drop-ins < command-line flags (flags are deprecated but still win).
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import math
+import os
+import re
+import signal
+import subprocess
+from fractions import Fraction
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
+    ConfigParseError,
+    load_config_text,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import read_text
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+
+DEFAULT_ROOT_DIR = "/var/lib/kubelet"
+DEFAULT_CONFIG_PATH = "/var/lib/kubelet/config.yaml"
+CHECKPOINT_RELPATH = os.path.join("device-plugins", "kubelet_internal_checkpoint")
+DEFAULT_CPU_MANAGER_POLICY = "none"
+DEFAULT_CGROUP_DRIVER = "cgroupfs"
+# kubelet v1beta1 defaults (Linux). Setting ANY evictionHard key drops the unset ones, unless
+# mergeDefaultEvictionSettings is true.
+DEFAULT_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "10%",
+    "imagefs.available": "15%",
+    "nodefs.inodesFree": "5%",
+}
+DEFAULT_ENFORCE_NODE_ALLOCATABLE = ["pods"]
+# GKE adds this hard-eviction threshold on top of its reserved-memory ladder.
+GKE_EVICTION_THRESHOLD_BYTES = 100 * MIB
+VERSION_TIMEOUT = 5.0
+CONFIG_MAX_BYTES = 4 << 20
+INT64_MAX = (1 << 63) - 1
+
+# pflag boolean flags of the kubelet (current and removed ones that old nodes still pass).
+# A boolean flag never takes the next argument as its value: ``--fail-swap-on false`` is an error
+# for the kubelet, so ``false`` would be a stray argument.
+BOOL_FLAGS = frozenset([
+    "add-dir-header", "allow-privileged", "alsologtostderr", "anonymous-auth",
+    "authentication-token-webhook", "cgroups-per-qos", "containerized", "contention-profiling",
+    "cpu-cfs-quota", "docker-disable-shared-pid", "enable-cadvisor-json-endpoints",
+    "enable-controller-attach-detach", "enable-debugging-handlers", "enable-load-reader",
+    "enable-server", "exit-on-lock-contention", "experimental-allocatable-ignore-eviction",
+    "experimental-check-node-capabilities-before-mount", "experimental-dockershim",
+    "experimental-kernel-memcg-notification", "fail-swap-on", "help", "kernel-memcg-notification",
+    "keep-terminated-pod-volumes", "local-storage-capacity-isolation", "log-json-split-stream",
+    "logtostderr", "make-iptables-util-chains", "one-output", "protect-kernel-defaults",
+    "really-crash-for-testing", "redirect-container-streaming", "register-node",
+    "register-schedulable", "rotate-certificates", "rotate-server-certificates", "runonce",
+    "seccomp-default", "serialize-image-pulls", "skip-headers", "skip-log-headers", "version",
+    "windows-service",
+])
+SHORT_FLAGS = {"v": "v", "h": "help"}
+_TRUE_STRINGS = frozenset(["1", "t", "T", "TRUE", "true", "True"])
+_FALSE_STRINGS = frozenset(["0", "f", "F", "FALSE", "false", "False"])
+_NUMBER_RE = re.compile(r"^-[0-9.]")
+_VERSION_RE = re.compile(r"Kubernetes\s+(v?[0-9]+\.[0-9]+\.[0-9]+[0-9A-Za-z.+-]*)")
+
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12,
+                     "P": 15, "E": 18}
+_QUANTITY_RE = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*)([+-]?[0-9]*)$")
+_LOOSE_QUANTITY_RE = re.compile(r"^[+-]?([0-9]+)?(?:\.([0-9]+))?\.?([^0-9.].*)$")
+
+
+class QuantityError(ValueError):
+    """A Kubernetes resource quantity that does not parse."""
+
+
+# -- quantities ---------------------------------------------------------------------------
+def parse_quantity(value):
+    """Exact value of a Kubernetes resource quantity as a ``fractions.Fraction``.
+
+    Accepts what ``resource.ParseQuantity`` accepts: an optional sign, digits with an optional
+    decimal part, and a suffix: binary (Ki Mi Gi Ti Pi Ei), decimal (n u m "" k M G T P E) or a
+    decimal exponent (``e3``, ``E-2``). Integers and floats (YAML numbers) are accepted too.
+    Raises QuantityError naming the value.
+    """
+    if isinstance(value, bool) or value is None:
+        raise QuantityError("invalid Kubernetes quantity %r: expected a string such as '512Mi'"
+                            % (value,))
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise QuantityError("invalid Kubernetes quantity %r" % (value,))
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise QuantityError("invalid Kubernetes quantity %r: expected a string such as '512Mi'"
+                            % (value,))
+    if not text or len(text) > 64:
+        raise QuantityError("invalid Kubernetes quantity %r: %s" % (
+            value, "empty" if not text else "too long"))
+    m = _QUANTITY_RE.match(text)
+    loose = _LOOSE_QUANTITY_RE.match(text)
+    if not m and loose and (loose.group(1) or loose.group(2)):
+        raise QuantityError("invalid Kubernetes quantity %r: unknown suffix %r (use Ki, Mi, Gi, Ti, "
+                            "Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent such as e3)"
+                            % (value, loose.group(3)))
+    if not m or not (m.group(2) or m.group(3)):
+        raise QuantityError("invalid Kubernetes quantity %r: expected a number with an optional "
+                            "suffix (Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an "
+                            "exponent such as e3)" % (value,))
+    sign, whole, frac, suffix, exp_digits = m.groups()
+    frac = frac or ""
+    number = Fraction(int((whole or "0") + frac), 10 ** len(frac))
+    if sign == "-":
+        number = -number
+    if suffix in _BINARY_SUFFIXES and not exp_digits:
+        return number * (1 << (10 * _BINARY_SUFFIXES[suffix]))
+    if suffix in _DECIMAL_SUFFIXES and not exp_digits:
+        return number * Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+    if suffix in ("e", "E") and exp_digits and exp_digits not in ("+", "-"):
+        exponent = int(exp_digits)
+        if abs(exponent) > 30:
+            raise QuantityError("invalid Kubernetes quantity %r: exponent out of range" % (value,))
+        return number * Fraction(10) ** exponent
+    raise QuantityError("invalid Kubernetes quantity %r: unknown suffix %r (use Ki, Mi, Gi, Ti, "
+                        "Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent such as e3)"
+                        % (value, suffix + exp_digits))
+
+
+def quantity_to_bytes(value):
+    """Bytes (an int, rounded up like ``Quantity.Value()``) of a memory quantity.
+
+    Negative or out-of-range (> int64) quantities raise QuantityError naming the value.
+    """
+    exact = parse_quantity(value)
+    if exact < 0:
+        raise QuantityError("invalid memory quantity %r: negative" % (value,))
+    result = int(math.ceil(exact))
+    if result > INT64_MAX:
+        raise QuantityError("invalid memory quantity %r: larger than int64" % (value,))
+    return result
+
+
+def parse_memory_threshold(value, capacity_bytes=None):
+    """An eviction threshold value: a quantity (``100Mi``) or a percentage (``5%``).
+
+    Returns ``{"raw", "bytes", "percent"}``; for a percentage ``bytes`` is that share of
+    ``capacity_bytes`` (truncated, as the kubelet does) or None when the capacity is unknown.
+    """
+    if isinstance(value, str) and value.strip().endswith("%"):
+        text = value.strip()[:-1].strip()
+        try:
+            percent = float(text)
+        except ValueError:
+            raise QuantityError("invalid eviction threshold %r: not a percentage" % (value,))
+        if math.isnan(percent) or percent < 0 or percent > 100:
+            raise QuantityError("invalid eviction threshold %r: percentage must be within 0-100%%"
+                                % (value,))
+        nbytes = None
+        if capacity_bytes is not None:
+            nbytes = int(Fraction(capacity_bytes) * Fraction(text) / 100)
+        return {"raw": value, "bytes": nbytes, "percent": percent}
+    return {"raw": value if isinstance(value, str) else str(value),
+            "bytes": quantity_to_bytes(value), "percent": None}
+
+
+def gke_reserved_memory_bytes(node_memory_bytes):
+    """Memory GKE reserves for system daemons on a node of ``node_memory_bytes``.
+
+    25% of the first 4 GiB, 20% of the next 4 GiB, 10% of the next 8 GiB, 6% of the next
+    112 GiB and 2% of everything above 128 GiB (rounded down to a byte). GKE adds a separate
+    hard-eviction threshold of 100 MiB (``GKE_EVICTION_THRESHOLD_BYTES``), not included here.
+    """
+    if isinstance(node_memory_bytes, bool) or not isinstance(node_memory_bytes, int) \
+            or node_memory_bytes < 0:
+        raise ValueError("node_memory_bytes must be a non-negative integer, got %r"
+                         % (node_memory_bytes,))
+    remaining = node_memory_bytes
+    scaled = 0
+    for size, percent in ((4 * GIB, 25), (4 * GIB, 20), (8 * GIB, 10), (112 * GIB, 6),
+                          (None, 2)):
+        part = remaining if size is None else min(remaining, size)
+        scaled += part * percent
+        remaining -= part
+        if remaining <= 0:
+            break
+    return scaled // 100
+
+
+# -- /proc --------------------------------------------------------------------------------
+def read_cmdline(proc_path, pid):
+    """argv of ``pid`` from ``<proc_path>/<pid>/cmdline`` (NUL-separated), or None."""
+    try:
+        with open(os.path.join(proc_path, str(pid), "cmdline"), "rb") as f:
+            data = f.read(1 << 20)
+    except (IOError, OSError):
+        return None
+    if data.endswith(b"\0"):
+        data = data[:-1]
+    if not data:
+        return []
+    return [part.decode("utf-8", "replace") for part in data.split(b"\0")]
+
+
+def parse_stat(text):
+    """(state, starttime) from ``/proc/<pid>/stat`` text; (None, None) when it does not parse."""
+    if not text:
+        return None, None
+    close = text.rfind(")")
+    if close < 0:
+        return None, None
+    fields = text[close + 1:].split()
+    state = fields[0] if fields else None
+    start = None
+    if len(fields) > 19 and fields[19].isdigit():
+        start = int(fields[19])
+    return state, start
+
+
+def kubelet_argv(comm, cmdline, name="kubelet"):
+    """The kubelet's own argv (program first) when the process is a kubelet, else None.
+
+    Matches on the command name or argv[0]'s basename; also handles a kubelet run through an
+    interpreter (a wrapper script named kubelet) and ``hyperkube kubelet``.
+    """
+    cmdline = cmdline or []
+    base0 = os.path.basename(cmdline[0]) if cmdline else ""
+    if base0 == name:
+        return list(cmdline)
+    if base0 == "hyperkube" and len(cmdline) > 1 and cmdline[1] == name:
+        return list(cmdline[1:])
+    if comm == name:
+        for i, arg in enumerate(cmdline[1:3], 1):
+            if os.path.basename(arg) == name:
+                return list(cmdline[i:])
+        return list(cmdline)
+    return None
+
+
+def find_kubelet_processes(proc_path, name="kubelet"):
+    """All live kubelet processes under ``proc_path``, oldest first.
+
+    Each is ``{"pid", "comm", "argv", "starttime"}``. Processes that vanish or cannot be read
+    mid-scan are skipped; zombies are skipped.
+    """
+    try:
+        entries = os.listdir(proc_path)
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        base = os.path.join(proc_path, entry)
+        comm = read_text(os.path.join(base, "comm"), limit=256)
+        comm = comm.rstrip("\n") if comm is not None else None
+        cmdline = read_cmdline(proc_path, entry)
+        if comm is None and cmdline is None:
+            continue  # vanished
+        argv = kubelet_argv(comm, cmdline, name)
+        if argv is None:
+            continue
+        state, start = parse_stat(read_text(os.path.join(base, "stat"), limit=4096))
+        if state in ("Z", "X"):
+            continue
+        if cmdline is None and not os.path.isdir(base):
+            continue  # vanished between reads
+        found.append({"pid": int(entry), "comm": comm, "argv": argv, "starttime": start})
+    found.sort(key=lambda p: (p["starttime"] is None, p["starttime"] or 0, p["pid"]))
+    return found
+
+
+def read_meminfo_total(proc_path):
+    """MemTotal in bytes from ``<proc_path>/meminfo``, or None."""
+    text = read_text(os.path.join(proc_path, "meminfo"))
+    for line in (text or "").splitlines():
+        if line.startswith("MemTotal:"):
+            fields = line.split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                unit = fields[2].lower() if len(fields) > 2 else ""
+                return int(fields[1]) * (1024 if unit == "kb" else 1)
+    return None
+
+
+def exe_info(proc_path, pid):
+    """(path the exe link points at, deleted?) for ``pid``; (None, None) when unreadable."""
+    try:
+        target = os.readlink(os.path.join(proc_path, str(pid), "exe"))
+    except OSError:
+        return None, None
+    deleted = target.endswith(" (deleted)")
+    if deleted:
+        target = target[:-len(" (deleted)")]
+    return target, deleted
+
+
+# -- flags --------------------------------------------------------------------------------
+def _norm_flag(name):
+    return name.replace("_", "-")
+
+
+def _looks_like_flag(arg):
+    return arg.startswith("-") and len(arg) > 1 and not _NUMBER_RE.match(arg)
+
+
+def _coerce_bool(name, value):
+    if name in BOOL_FLAGS and isinstance(value, str):
+        if value in _TRUE_STRINGS:
+            return True
+        if value in _FALSE_STRINGS:
+            return False
+    return value
+
+
+def parse_flags(args):
+    """Parse kubelet arguments (without the program name) the way pflag does.
+
+    Handles ``--flag=value``, ``--flag value``, bare boolean flags, ``-v=4``/``-v 4``/``-v4``,
+    ``_`` in names (pflag normalises it to ``-``) and ``--`` ending the flags. Returns
+    ``(pairs, positional)``: every ``(name, value)`` in command-line order (bare booleans as
+    True) and the arguments that are not flags.
+    """
+    pairs = []
+    positional = []
+    i = 0
+    n = len(args)
+    while i < n:
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            positional.extend(args[i:])
+            break
+        if arg.startswith("--") and len(arg) > 2:
+            body = arg[2:]
+            if "=" in body:
+                name, value = body.split("=", 1)
+                name = _norm_flag(name)
+                pairs.append((name, _coerce_bool(name, value)))
+                continue
+            name = _norm_flag(body)
+        elif _looks_like_flag(arg):
+            name = SHORT_FLAGS.get(arg[1], arg[1])
+            rest = arg[2:]
+            if rest:
+                value = rest[1:] if rest.startswith("=") else rest
+                pairs.append((name, _coerce_bool(name, value)))
+                continue
+        else:
+            positional.append(arg)
+            continue
+        if name in BOOL_FLAGS:
+            pairs.append((name, True))
+        elif i < n and not _looks_like_flag(args[i]):
+            pairs.append((name, args[i]))
+            i += 1
+        else:
+            pairs.append((name, True))
+    return pairs, positional
+
+
+def flags_dict(pairs):
+    """``({name: last value}, {name: [all values]} for names given more than once)``."""
+    last = {}
+    seen = {}
+    for name, value in pairs:
+        last[name] = value
+        seen.setdefault(name, []).append(value)
+    return last, dict((k, v) for k, v in seen.items() if len(v) > 1)
+
+
+def flag_map(pairs, name, separator="="):
+    """The map a ``mapStringString`` flag builds (``--kube-reserved=cpu=1,memory=2Gi``).
+
+    Like pflag, the first occurrence replaces the config file's map and later occurrences
+    merge into it. None when the flag is absent. Raises ValueError for a malformed pair.
+    """
+    out = None
+    for flag, value in pairs:
+        if flag != name:
+            continue
+        if out is None:
+            out = {}
+        text = "" if value is True else str(value)
+        for item in text.split(","):
+            if not item:
+                continue
+            if separator not in item:
+                raise ValueError("--%s: malformed pair %r, expected key%svalue"
+                                 % (name, item, separator))
+            key, val = item.split(separator, 1)
+            out[key.strip()] = val.strip()
+    return out
+
+
+def flag_list(pairs, name):
+    """The list a ``stringSlice`` flag builds (first occurrence replaces, later ones append)."""
+    out = None
+    for flag, value in pairs:
+        if flag != name:
+            continue
+        if out is None:
+            out = []
+        text = "" if value is True else str(value)
+        out.extend(item.strip() for item in text.split(",") if item.strip())
+    return out
+
+
+def flag_value(pairs, name):
+    value = None
+    for flag, val in pairs:
+        if flag == name:
+            value = val
+    return value
+
+
+# -- version ------------------------------------------------------------------------------
+def parse_version_output(text):
+    """``v1.31.4`` from ``Kubernetes v1.31.4`` (``kubelet --version``), or None."""
+    m = _VERSION_RE.search(text or "")
+    return m.group(1) if m else None
+
+
+def probe_version(binary, timeout=VERSION_TIMEOUT):
+    """Run ``<binary> --version``; return ``(version, error)``. Never raises, never hangs.
+
+    The child runs in its own session; when it does not answer within ``timeout`` seconds the
+    whole group is killed and the child abandoned if it cannot even be reaped (D state).
+    """
+    try:
+        proc = subprocess.Popen([binary, "--version"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                close_fds=True, start_new_session=True)
+    except (OSError, ValueError) as e:
+        return None, "cannot run %s --version: %s" % (binary, e)
+    try:
+        out, _err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.communicate(timeout=1)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            pass
+        return None, "%s --version did not answer within %ss" % (binary, timeout)
+    text = out.decode("utf-8", "replace")
+    version = parse_version_output(text)
+    if version is None:
+        return None, "%s --version printed no Kubernetes version (exit %s): %r" % (
+            binary, proc.returncode, text.strip()[:200])
+    return version, None
+
+
+# -- config -------------------------------------------------------------------------------
+def kubelet_view_paths(path, proc_path=None, pid=None):
+    """Where to read a path the kubelet names: as-is, then through ``<proc>/<pid>/root``.
+
+    The second candidate reaches the kubelet's own mount namespace (an audit running in a
+    container with the host's /proc). Relative paths are resolved against the kubelet's cwd.
+    """
+    candidates = []
+    if pid is not None and proc_path and not os.path.isabs(path):
+        try:
+            cwd = os.readlink(os.path.join(proc_path, str(pid), "cwd"))
+            path = os.path.join(cwd, path)
+        except OSError:
+            pass
+    candidates.append(path)
+    if pid is not None and proc_path and os.path.isabs(path):
+        via_root = os.path.join(proc_path, str(pid), "root", path.lstrip("/"))
+        if via_root != path:
+            candidates.append(via_root)
+    return path, candidates
+
+
+def read_config_file(candidates):
+    """Read the first readable candidate; return ``(text, read_path, error)``.
+
+    When none can be read the error names the first candidate, with the most telling reason
+    (permission denied over "does not exist").
+    """
+    failure = None
+    for path in candidates:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(CONFIG_MAX_BYTES + 1)
+        except (IOError, OSError) as e:
+            if failure is None or (failure[1].errno == errno.ENOENT and e.errno != errno.ENOENT):
+                failure = (path, e)
+            continue
+        if len(data) > CONFIG_MAX_BYTES:
+            return None, path, "%s is larger than %d bytes" % (path, CONFIG_MAX_BYTES)
+        return data.decode("utf-8", "replace"), path, None
+    if failure is None:
+        return None, None, "no config file to read"
+    path, e = failure
+    if e.errno == errno.ENOENT:
+        return None, None, "%s does not exist" % candidates[0]
+    return None, None, "cannot read %s: %s" % (path, e.strerror or e)
+
+
+def parse_config(text, path, use_pyyaml=None):
+    """Parse a KubeletConfiguration; return ``(config dict, parser, error, warnings)``."""
+    warnings = []
+    try:
+        data, parser = load_config_text(text, use_pyyaml=use_pyyaml)
+    except ConfigParseError as e:
+        return {}, None, "cannot parse %s: %s" % (path, e), warnings
+    if data is None:
+        return {}, parser, "%s is empty" % path, warnings
+    if not isinstance(data, dict):
+        return {}, parser, "%s holds a %s, not a KubeletConfiguration mapping" % (
+            path, type(data).__name__), warnings
+    kind = data.get("kind")
+    if kind is None:
+        warnings.append("%s has no 'kind' (the kubelet requires kind: KubeletConfiguration)" % path)
+    elif kind != "KubeletConfiguration":
+        return data, parser, "%s is a %r, not a KubeletConfiguration" % (path, kind), warnings
+    api = data.get("apiVersion")
+    if api is not None and not str(api).startswith("kubelet.config.k8s.io/"):
+        warnings.append("%s has apiVersion %r (expected kubelet.config.k8s.io/v1beta1)" % (path, api))
+    return data, parser, None, warnings
+
+
+def merge_patch(base, patch):
+    """RFC 7386 JSON merge patch (how ``--config-dir`` drop-ins apply over the config)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _walk_conf_files(directory, limit=256):
+    """``*.conf`` files under ``directory`` in Go ``filepath.WalkDir`` order (lexical, depth first)."""
+    out = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            out.extend(_walk_conf_files(path, limit - len(out)))
+        elif name.endswith(".conf") and os.path.isfile(path):
+            out.append(path)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def load_dropins(config_dir, proc_path, pid, use_pyyaml=None):
+    """Parse the ``*.conf`` drop-ins of ``--config-dir`` in the order the kubelet applies them.
+
+    Returns ``(list of (path as the kubelet sees it, data), errors)``.
+    """
+    errors = []
+    config_dir, candidates = kubelet_view_paths(config_dir, proc_path, pid)
+    directory = None
+    for cand in candidates:
+        if os.path.isdir(cand):
+            directory = cand
+            break
+    if directory is None:
+        return [], ["config-dir %s does not exist" % config_dir]
+    if not os.access(directory, os.R_OK | os.X_OK):
+        return [], ["cannot list config-dir %s: permission denied" % config_dir]
+    out = []
+    for path in _walk_conf_files(directory):
+        shown = os.path.join(config_dir, os.path.relpath(path, directory))
+        text, _read, error = read_config_file([path])
+        if error:
+            errors.append(error.replace(path, shown))
+            continue
+        data, _parser, error, _warnings = parse_config(text, shown, use_pyyaml)
+        if error:
+            errors.append(error)
+            continue
+        out.append((shown, data))
+    return out, errors
+
+
+# -- facts --------------------------------------------------------------------------------
+def _pick(flag_val, config, key, default):
+    """(effective value, source) for a scalar setting."""
+    if flag_val is not None and flag_val is not True:
+        return flag_val, "flag"
+    if isinstance(config, dict) and config.get(key) not in (None, ""):
+        return config.get(key), "config"
+    return default, "default"
+
+
+def _map_setting(pairs, flag, config, key, errors, separator="="):
+    """(map or None, source) for a map setting (reserved resources, eviction thresholds)."""
+    try:
+        from_flag = flag_map(pairs, flag, separator)
+    except ValueError as e:
+        errors.append(str(e))
+        from_flag = None
+    if from_flag is not None:
+        return from_flag, "flag"
+    value = config.get(key) if isinstance(config, dict) else None
+    if value is None:
+        return None, "default"
+    if not isinstance(value, dict):
+        errors.append("%s must be a mapping, got %r" % (key, value))
+        return None, "default"
+    return dict(value), "config"
+
+
+def _memory_entry(mapping, source, errors, what):
+    raw = (mapping or {}).get("memory")
+    entry = {"raw": None if raw is None else str(raw), "bytes": None, "source": source}
+    if raw is not None:
+        try:
+            entry["bytes"] = quantity_to_bytes(raw)
+        except QuantityError as e:
+            entry["error"] = str(e)
+            errors.append("%s: %s" % (what, e))
+    return entry
+
+
+def memory_facts(pairs, config, node_memory_bytes, errors):
+    """The ``memory`` facts: reservations, hard eviction, enforcement and the GKE ladder."""
+    system, system_src = _map_setting(pairs, "system-reserved", config, "systemReserved", errors)
+    kube, kube_src = _map_setting(pairs, "kube-reserved", config, "kubeReserved", errors)
+    eviction, eviction_src = _map_setting(pairs, "eviction-hard", config, "evictionHard", errors,
+                                          separator="<")
+    merge_defaults = isinstance(config, dict) and config.get("mergeDefaultEvictionSettings") is True
+    if eviction is None:
+        effective = dict(DEFAULT_EVICTION_HARD)
+        missing = []
+    else:
+        missing = sorted(k for k in DEFAULT_EVICTION_HARD if k not in eviction)
+        effective = dict(eviction)
+        if merge_defaults:
+            for key in missing:
+                effective[key] = DEFAULT_EVICTION_HARD[key]
+    partial = bool(eviction is not None and missing and not merge_defaults)
+
+    mem_avail = {"raw": None, "bytes": None, "percent": None}
+    if "memory.available" in effective:
+        try:
+            mem_avail = parse_memory_threshold(effective["memory.available"], node_memory_bytes)
+        except QuantityError as e:
+            mem_avail = {"raw": str(effective["memory.available"]), "bytes": None,
+                         "percent": None, "error": str(e)}
+            errors.append("evictionHard memory.available: %s" % e)
+
+    enforce = flag_list(pairs, "enforce-node-allocatable")
+    enforce_src = "flag"
+    if enforce is None:
+        value = config.get("enforceNodeAllocatable") if isinstance(config, dict) else None
+        if isinstance(value, list):
+            enforce, enforce_src = [str(v) for v in value], "config"
+        else:
+            if value is not None:
+                errors.append("enforceNodeAllocatable must be a list, got %r" % (value,))
+            enforce, enforce_src = list(DEFAULT_ENFORCE_NODE_ALLOCATABLE), "default"
+
+    system_entry = _memory_entry(system, system_src, errors, "systemReserved memory")
+    kube_entry = _memory_entry(kube, kube_src, errors, "kubeReserved memory")
+    reserved_total = (system_entry["bytes"] or 0) + (kube_entry["bytes"] or 0)
+    eviction_bytes = mem_avail.get("bytes")
+    allocatable = None
+    if node_memory_bytes is not None:
+        allocatable = node_memory_bytes - reserved_total - (eviction_bytes or 0)
+    recommended = None
+    if node_memory_bytes is not None:
+        recommended = gke_reserved_memory_bytes(node_memory_bytes)
+    return {
+        "system_reserved": system_entry,
+        "kube_reserved": kube_entry,
+        "eviction_hard": {
+            "configured": eviction,
+            "source": eviction_src,
+            "effective": effective,
+            "merge_defaults": merge_defaults,
+            "memory_available": mem_avail,
+        },
+        "eviction_hard_partial": partial,
+        "eviction_hard_missing_defaults": missing if eviction is not None else [],
+        "enforce_node_allocatable": enforce,
+        "enforce_node_allocatable_source": enforce_src,
+        "reserved_total_bytes": reserved_total,
+        "eviction_bytes": eviction_bytes,
+        "allocatable_bytes": allocatable,
+        "recommended_reserved_bytes": recommended,
+        "recommended_eviction_bytes": GKE_EVICTION_THRESHOLD_BYTES,
+        "reserved_shortfall_bytes": (max(recommended - reserved_total, 0)
+                                     if recommended is not None else None),
+    }, system, kube
+
+
+def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VERSION_TIMEOUT,
+                         path_binary=None, use_pyyaml=None):
+    """Everything ``kubelet_facts`` returns as ``ansible_facts.kubelet``.
+
+    ``config_path`` overrides the ``--config`` flag. ``path_binary`` is a kubelet found on PATH,
+    used for the version when the running process' binary cannot answer.
+    """
+    errors = []
+    procs = find_kubelet_processes(proc_path)
+    proc = procs[0] if procs else None
+    pid = proc["pid"] if proc else None
+    argv = proc["argv"] if proc else []
+    pairs, positional = parse_flags(argv[1:])
+    flags, repeated = flags_dict(pairs)
+
+    facts = {
+        "running": proc is not None,
+        "pid": pid,
+        "pids": [p["pid"] for p in procs],
+        "cmdline": argv,
+        "flags": flags,
+        "flags_repeated": repeated,
+        "args": positional,
+        "exe": None,
+        "exe_deleted": None,
+        "version": None,
+        "version_source": None,
+        "version_error": None,
+    }
+    if len(procs) > 1:
+        errors.append("%d kubelet processes found (%s); reporting the oldest, pid %s" % (
+            len(procs), ", ".join(str(p["pid"]) for p in procs), pid))
+
+    # version: the running binary first (even when replaced on disk), then PATH.
+    version_errors = []
+    if proc is not None:
+        facts["exe"], facts["exe_deleted"] = exe_info(proc_path, pid)
+        version, err = probe_version(os.path.join(proc_path, str(pid), "exe"), version_timeout)
+        if version:
+            facts["version"], facts["version_source"] = version, "process"
+        else:
+            version_errors.append(err)
+    if facts["version"] is None and path_binary:
+        version, err = probe_version(path_binary, version_timeout)
+        if version:
+            facts["version"], facts["version_source"] = version, "path:%s" % path_binary
+        else:
+            version_errors.append(err)
+    if facts["version"] is None:
+        facts["version_error"] = "; ".join(version_errors) or "kubelet is not running and no " \
+                                                              "kubelet binary was found on PATH"
+
+    # config file
+    flag_config = flag_value(pairs, "config")
+    if config_path:
+        source, wanted = "option", config_path
+    elif flag_config not in (None, True, ""):
+        source, wanted = "flag", flag_config
+    else:
+        source, wanted = "default", DEFAULT_CONFIG_PATH
+    wanted, candidates = kubelet_view_paths(wanted, proc_path, pid)
+    if source == "option":
+        candidates = [config_path]
+    if proc is None:
+        loaded_by_kubelet = None
+    elif flag_config in (None, True, ""):
+        loaded_by_kubelet = False
+    else:
+        loaded_by_kubelet = kubelet_view_paths(flag_config, proc_path, pid)[0] == wanted
+    text, read_path, error = read_config_file(candidates)
+    config, parser, warnings = {}, None, []
+    if error is None:
+        config, parser, error, warnings = parse_config(text, wanted, use_pyyaml)
+    facts.update({
+        "config_path": wanted,
+        "config_source": source,
+        "config_read_path": read_path,
+        "config_loaded_by_kubelet": loaded_by_kubelet,
+        "config_parser": parser,
+        "config": config,
+        "config_error": error,
+        "config_warnings": warnings,
+    })
+    # values the kubelet itself uses: the file only when it loads it (or the user named one)
+    effective = config if error is None and (loaded_by_kubelet is not False or
+                                             source == "option") else {}
+    if loaded_by_kubelet is False and source != "option" and error is None:
+        warnings.append("kubelet pid %s runs without --config; %s is not used by it" % (pid, wanted))
+
+    config_dir = flag_value(pairs, "config-dir")
+    dropins = []
+    if proc is not None and config_dir not in (None, True, ""):
+        loaded, dropin_errors = load_dropins(config_dir, proc_path, pid, use_pyyaml)
+        errors.extend(dropin_errors)
+        if "evictionHard" not in effective and any("evictionHard" in data for _p, data in loaded):
+            # drop-ins merge into the already-defaulted config: a drop-in's evictionHard keys
+            # add to the four defaults instead of replacing them
+            effective = dict(effective, evictionHard=dict(DEFAULT_EVICTION_HARD))
+        for path, data in loaded:
+            effective = merge_patch(effective, data)
+            dropins.append(path)
+    facts["config_dir"] = config_dir if config_dir not in (None, True, "") else None
+    facts["config_dropins"] = dropins
+    facts["effective_config"] = effective
+
+    sources = {}
+    facts["cpu_manager_policy"], sources["cpu_manager_policy"] = _pick(
+        flag_value(pairs, "cpu-manager-policy"), effective,
+        "cpuManagerPolicy", DEFAULT_CPU_MANAGER_POLICY)
+    facts["cgroup_driver"], sources["cgroup_driver"] = _pick(
+        flag_value(pairs, "cgroup-driver"), effective, "cgroupDriver",
+        DEFAULT_CGROUP_DRIVER)
+    root_dir = flag_value(pairs, "root-dir")
+    if root_dir in (None, True, ""):
+        root_dir, sources["root_dir"] = DEFAULT_ROOT_DIR, "default"
+    else:
+        sources["root_dir"] = "flag"
+    facts["root_dir"] = root_dir
+    facts["checkpoint_path"] = os.path.join(root_dir, CHECKPOINT_RELPATH)
+
+    node_memory = read_meminfo_total(proc_path)
+    facts["node_memory_bytes"] = node_memory
+    memory, system, kube = memory_facts(pairs, effective, node_memory, errors)
+    facts["memory"] = memory
+    facts["system_reserved"] = system
+    facts["kube_reserved"] = kube
+    sources["system_reserved"] = memory["system_reserved"]["source"]
+    sources["kube_reserved"] = memory["kube_reserved"]["source"]
+    sources["eviction_hard"] = memory["eviction_hard"]["source"]
+    sources["enforce_node_allocatable"] = memory["enforce_node_allocatable_source"]
+    facts["sources"] = sources
+    facts["errors"] = errors
+    return facts

@@ -1,0 +1,356 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: kubelet_facts
+short_description: Gather kubelet process, flag, configuration and memory-reservation facts
+version_added: 0.1.0
+description:
+  - Finds the running kubelet by scanning C(<proc_path>/[0-9]*/) (command name or argv[0]
+    basename C(kubelet)), robust to processes vanishing mid-scan, and parses its command line
+    the way the kubelet's flag library does (C(--flag=value), C(--flag value), bare booleans,
+    repeated flags).
+  - Reads the KubeletConfiguration file (C(--config), else C(/var/lib/kubelet/config.yaml), or
+    O(config_path)) as JSON or YAML. PyYAML is used when the node has it; otherwise a built-in
+    parser for the block-YAML subset kubelet configs use. C(--config-dir) drop-ins
+    (C(*.conf), name order) are merged over it like the kubelet does.
+  - Reports the effective values the kubelet uses, with the kubelet's precedence (defaults <
+    config file < drop-ins < command-line flags) - CPU manager policy, cgroup driver, root dir,
+    device-manager checkpoint path, memory reservations, hard eviction thresholds, node
+    allocatable enforcement - plus the node's memory and the GKE reserved-memory recommendation.
+  - A missing, unreadable or malformed config file does not fail the task; it is reported in
+    RV(ansible_facts.kubelet.config_error) so an audit keeps going. So are bad quantities
+    (RV(ansible_facts.kubelet.errors)).
+  - The version comes from running the kubelet binary with C(--version) (the running process'
+    executable through C(<proc_path>/<pid>/exe), else C(kubelet) on PATH) with a 5 second
+    limit; failing that it is null with RV(ansible_facts.kubelet.version_error) set.
+  - The kubelet command line in C(/proc) is authoritative; systemd drop-ins and
+    C(KUBELET_EXTRA_ARGS) environment files are not read.
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+options:
+  proc_path:
+    description:
+      - Where the node's procfs is mounted. Set it to e.g. C(/host/proc) when the audit runs in
+        a container that mounts the host; paths the kubelet names (config file, drop-ins) are
+        then also tried through C(<proc_path>/<pid>/root).
+    type: path
+    default: /proc
+  config_path:
+    description:
+      - KubeletConfiguration file to read, overriding the kubelet's C(--config) flag and the
+        default C(/var/lib/kubelet/config.yaml). Must be an absolute path. It is read as given.
+    type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - ansible.builtin.action_common_attributes.actiongroups
+attributes:
+  check_mode:
+    support: full
+    details: Read only; check mode returns the same facts.
+  diff_mode:
+    support: none
+    details: Changes nothing, so there is nothing to diff.
+  facts:
+    support: full
+  platform:
+    platforms: posix
+    details: Linux nodes (reads procfs).
+  action_group:
+    membership:
+      - kubegpu.fleet.node
+notes:
+  - Runs on Python 3.8 and later; PyYAML is optional on the node.
+  - Kubernetes 1.31+ can take the cgroup driver from the container runtime
+    (KubeletCgroupDriverFromCRI); RV(ansible_facts.kubelet.cgroup_driver) is the configured value.
+seealso:
+  - name: Reserve compute resources for system daemons
+    description: Node allocatable, kube-reserved, system-reserved and eviction thresholds.
+    link: https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/
+  - name: Set kubelet parameters via a configuration file
+    description: KubeletConfiguration files, drop-in directories and evictionHard defaults.
+    link: https://kubernetes.io/docs/tasks/administer-cluster/kubelet-config-file/
+"""
+
+EXAMPLES = r"""
+- name: Gather kubelet facts
+  kubegpu.fleet.kubelet_facts:
+
+- name: Audit a node from a container that mounts the host at /host
+  kubegpu.fleet.kubelet_facts:
+    proc_path: /host/proc
+
+- name: Read a config file the kubelet is not started with (e.g. EKS)
+  kubegpu.fleet.kubelet_facts:
+    config_path: /etc/kubernetes/kubelet/kubelet-config.json
+
+- name: Warn when reservations are below the GKE ladder
+  ansible.builtin.debug:
+    msg: >-
+      {{ inventory_hostname }} reserves {{ ansible_facts.kubelet.memory.reserved_total_bytes }} bytes,
+      recommended {{ ansible_facts.kubelet.memory.recommended_reserved_bytes }}
+  when: ansible_facts.kubelet.memory.reserved_shortfall_bytes | default(0, true) > 0
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added under C(kubelet).
+  returned: always
+  type: dict
+  contains:
+    kubelet:
+      description: kubelet facts.
+      returned: always
+      type: dict
+      contains:
+        running:
+          description: Whether a kubelet process was found.
+          type: bool
+          returned: always
+        pid:
+          description: PID of the kubelet (the oldest when several run), or null.
+          type: int
+          returned: always
+        pids:
+          description: PIDs of every kubelet process found, oldest first.
+          type: list
+          elements: int
+          returned: always
+        cmdline:
+          description: The kubelet's argv (program first), from C(<proc_path>/<pid>/cmdline).
+          type: list
+          elements: str
+          returned: always
+        flags:
+          description:
+            - Command-line flags, names without dashes (C(_) normalised to C(-)). The last
+              occurrence wins; bare flags are V(true); boolean flags given a value are booleans.
+          type: dict
+          returned: always
+          sample: {"config": "/var/lib/kubelet/config.yaml", "v": "2", "fail-swap-on": false}
+        flags_repeated:
+          description: Every value of flags given more than once, in order.
+          type: dict
+          returned: always
+        args:
+          description: Arguments that are not flags (the kubelet accepts none).
+          type: list
+          elements: str
+          returned: always
+        exe:
+          description: Binary the process runs (target of C(<proc_path>/<pid>/exe)).
+          type: str
+          returned: always
+        exe_deleted:
+          description: The running binary was replaced or removed on disk (kubelet upgraded
+            but not restarted).
+          type: bool
+          returned: always
+        version:
+          description: kubelet version as C(--version) prints it, e.g. V(v1.31.4), or null.
+          type: str
+          returned: always
+        version_source:
+          description: V(process) (the running binary) or V(path:<binary>), or null.
+          type: str
+          returned: always
+        version_error:
+          description: Why the version is null.
+          type: str
+          returned: always
+        config_path:
+          description: KubeletConfiguration path as the kubelet sees it.
+          type: str
+          returned: always
+          sample: /var/lib/kubelet/config.yaml
+        config_source:
+          description: Where RV(ansible_facts.kubelet.config_path) came from.
+          type: str
+          returned: always
+          choices: [option, flag, default]
+        config_read_path:
+          description: Path the file was actually read from (may go through
+            C(<proc_path>/<pid>/root)), or null.
+          type: str
+          returned: always
+        config_loaded_by_kubelet:
+          description: V(true) when the running kubelet was started with this file,
+            V(false) when it runs with another one or none (then the file does not count
+            towards the effective values unless O(config_path) named it), null when no kubelet
+            runs.
+          type: bool
+          returned: always
+        config_parser:
+          description: V(json), V(pyyaml) or V(fallback) (built-in YAML subset parser).
+          type: str
+          returned: always
+        config:
+          description: The parsed KubeletConfiguration file (empty when it could not be read).
+          type: dict
+          returned: always
+        config_error:
+          description: Why the config file could not be used (missing, unreadable, malformed,
+            not a KubeletConfiguration), or null.
+          type: str
+          returned: always
+        config_warnings:
+          description: Oddities that do not stop the config from being used.
+          type: list
+          elements: str
+          returned: always
+        config_dir:
+          description: The kubelet's C(--config-dir), or null.
+          type: str
+          returned: always
+        config_dropins:
+          description: Drop-in files merged over the config file, in order.
+          type: list
+          elements: str
+          returned: always
+        effective_config:
+          description: Config file plus drop-ins as the kubelet merges them (before flags).
+          type: dict
+          returned: always
+        cpu_manager_policy:
+          description: Effective CPU manager policy (flag > config > V(none)).
+          type: str
+          returned: always
+        cgroup_driver:
+          description: Effective cgroup driver (flag > config > V(cgroupfs)).
+          type: str
+          returned: always
+        root_dir:
+          description: kubelet root directory (C(--root-dir), default V(/var/lib/kubelet)).
+          type: str
+          returned: always
+        checkpoint_path:
+          description: Device-manager checkpoint,
+            C(<root_dir>/device-plugins/kubelet_internal_checkpoint).
+          type: str
+          returned: always
+        system_reserved:
+          description: Effective systemReserved map (all resources), or null.
+          type: dict
+          returned: always
+        kube_reserved:
+          description: Effective kubeReserved map (all resources), or null.
+          type: dict
+          returned: always
+        sources:
+          description: For each effective setting, V(flag), V(config) or V(default).
+          type: dict
+          returned: always
+        node_memory_bytes:
+          description: MemTotal from C(<proc_path>/meminfo), in bytes, or null.
+          type: int
+          returned: always
+        memory:
+          description: Memory reservations and hard eviction, in bytes where they are known.
+          type: dict
+          returned: always
+          contains:
+            system_reserved:
+              description: C(raw) quantity, C(bytes), C(source) (and C(error) for a bad quantity).
+              type: dict
+              returned: always
+            kube_reserved:
+              description: C(raw) quantity, C(bytes), C(source) (and C(error) for a bad quantity).
+              type: dict
+              returned: always
+            eviction_hard:
+              description:
+                - C(configured) is the map as configured (null when unset), C(effective) the map
+                  the kubelet uses, C(source), C(merge_defaults) (mergeDefaultEvictionSettings),
+                  and C(memory_available) with C(raw), C(bytes) and C(percent) (a percentage is
+                  converted with the node's memory).
+              type: dict
+              returned: always
+            eviction_hard_partial:
+              description: evictionHard is set but lacks some of the four default keys, which
+                the kubelet then leaves unset (zero) instead of defaulting.
+              type: bool
+              returned: always
+            eviction_hard_missing_defaults:
+              description: The default evictionHard keys a configured evictionHard lacks.
+              type: list
+              elements: str
+              returned: always
+            enforce_node_allocatable:
+              description: Effective enforceNodeAllocatable (default V([pods])).
+              type: list
+              elements: str
+              returned: always
+            reserved_total_bytes:
+              description: systemReserved + kubeReserved memory.
+              type: int
+              returned: always
+            eviction_bytes:
+              description: Hard eviction threshold for memory.available, in bytes, or null.
+              type: int
+              returned: always
+            allocatable_bytes:
+              description: Node memory minus reservations and the hard eviction threshold.
+              type: int
+              returned: always
+            recommended_reserved_bytes:
+              description: GKE ladder for this node's memory (25% of the first 4 GiB, 20% of the
+                next 4, 10% of the next 8, 6% of the next 112, 2% above 128 GiB).
+              type: int
+              returned: always
+            recommended_eviction_bytes:
+              description: Hard eviction threshold GKE adds on top (100 MiB).
+              type: int
+              returned: always
+            reserved_shortfall_bytes:
+              description: How far RV(ansible_facts.kubelet.memory.reserved_total_bytes) is below the
+                recommendation (0 when it is not), or null.
+              type: int
+              returned: always
+        errors:
+          description: Problems found while gathering (bad quantities or flag values, several
+            kubelets, unreadable drop-ins). The task does not fail for them.
+          type: list
+          elements: str
+          returned: always
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import gather_kubelet_facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            proc_path=dict(type="path", default="/proc"),
+            config_path=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    proc_path = module.params["proc_path"]
+    config_path = module.params["config_path"]
+    if not proc_path or not os.path.isdir(proc_path):
+        module.fail_json(msg="proc_path %r is not a directory" % (proc_path,))
+    if config_path is not None:
+        if not config_path or not os.path.isabs(config_path):
+            module.fail_json(msg="config_path %r must be an absolute path" % (config_path,))
+        if os.path.isdir(config_path):
+            module.fail_json(msg="config_path %r is a directory, not a KubeletConfiguration file"
+                             % (config_path,))
+
+    facts = gather_kubelet_facts(proc_path=proc_path, config_path=config_path,
+                                 path_binary=module.get_bin_path("kubelet"))
+    module.exit_json(changed=False, ansible_facts={"kubelet": facts})
+
+
+if __name__ == "__main__":
+    main()
