@@ -1,0 +1,329 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather NVIDIA GPU, MIG, driver and device-node facts without ever hanging
+version_added: 0.1.0
+description:
+  - Gathers NVIDIA facts on a node into C(ansible_facts.nvidia) - driver, kernel module and CUDA
+    versions, GPUs and their MIG devices, the flat list of device IDs that Kubernetes uses, the
+    NVIDIA device nodes checked against the majors in C(/proc/devices), and the NVIDIA kernel
+    modules.
+  - The NVML (or C(nvidia-smi)) probe runs in a child process in its own session. If it does not
+    answer within O(timeout) seconds the child and everything it started is killed and the
+    module returns C(probe.status=hung) within O(timeout) + 2 seconds. A probe stuck in
+    uninterruptible sleep (it ignores SIGKILL) is never waited for; its PID is reported in
+    C(probe.stuck_pids).
+  - NVML errors come back by name, for example C(NVML_ERROR_LIB_RM_VERSION_MISMATCH) after a
+    driver upgrade without reboot, or C(NVML_ERROR_GPU_IS_LOST) for a GPU that fell off the bus.
+  - A node without the NVIDIA library or driver gives C(probe.status=absent) and a task that
+    succeeds; C(present) is then false unless the kernel module is loaded.
+  - When the probe cannot answer (hung, version mismatch) the GPU list comes from the kernel
+    module's procfs files (C(driver/nvidia/gpus/*/information) and the MIG capability
+    directories) and the driver version from the library's versioned file name.
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+options:
+  timeout:
+    description:
+      - Seconds to wait for the probe before it is declared hung and killed.
+    type: float
+    default: 10
+  backend:
+    description:
+      - How to ask the driver.
+      - V(auto) uses V(nvml) when the Python package C(nvidia-ml-py) (module C(pynvml)) is
+        importable by the module's interpreter, otherwise V(nvidia_smi).
+      - V(nvml) loads C(libnvidia-ml.so.1) through pynvml; it fails when pynvml is not installed.
+      - V(nvidia_smi) runs C(nvidia-smi -q -x), and C(nvidia-smi -L) for MIG device UUIDs and
+        profiles.
+    type: str
+    choices: [auto, nvml, nvidia_smi]
+    default: auto
+  proc_path:
+    description:
+      - Where the host's procfs is mounted (C(/host/proc) when auditing from a container that
+        mounts the host at C(/host)), after node_exporter's C(--path.procfs).
+      - Read for C(devices), C(modules), C(driver/nvidia/version), C(driver/nvidia/gpus) and
+        C(driver/nvidia-caps/mig-minors).
+    type: path
+    default: /proc
+  dev_path:
+    description:
+      - Where the host's C(/dev) is mounted; the NVIDIA device nodes are checked there.
+    type: path
+    default: /dev
+  driver_root:
+    description:
+      - Root of the NVIDIA driver userspace. C(libnvidia-ml.so.1) and C(nvidia-smi) are looked
+        for in the usual library and binary directories under it.
+      - The NVIDIA GPU Operator installs the driver under C(/run/nvidia/driver).
+      - On V(/), C(LD_LIBRARY_PATH) and C(PATH) are searched first, and the dynamic loader's
+        own search is the last resort for the library.
+      - A driver root that does not exist gives C(probe.status=absent).
+    type: path
+    default: /
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Read only; gathers the same facts in check mode.
+  diff_mode:
+    support: none
+    details: Changes nothing, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    details: Linux nodes (procfs, /dev, cgroup v1 or v2); the node needs Python 3.8 or later.
+notes:
+  - The module is part of the C(kubegpu.fleet.node) action group, so O(proc_path), O(dev_path)
+    and O(driver_root) can be set once with C(module_defaults).
+  - C(mig_mixed) is the condition that triggers the R570 NVML hang (drivers 570.124.06 to
+    570.158.01) - some GPUs in MIG mode and some not.
+seealso:
+  - name: NVML API reference
+    description: The NVIDIA Management Library calls the nvml backend makes.
+    link: https://docs.nvidia.com/deploy/nvml-api/
+  - name: nvidia-smi documentation
+    description: The tool behind the nvidia_smi backend and its exit codes.
+    link: https://docs.nvidia.com/deploy/nvidia-smi/
+"""
+
+EXAMPLES = r"""
+- name: Gather NVIDIA facts
+  kubegpu.fleet.gpu_facts:
+
+- name: Stop early on nodes whose driver no longer answers
+  ansible.builtin.assert:
+    that: ansible_facts.nvidia.probe.status != 'hung'
+    fail_msg: "NVML hung on {{ inventory_hostname }}: {{ ansible_facts.nvidia.probe.error }}"
+
+- name: Gather facts for a GPU Operator node from a container that mounts the host at /host
+  kubegpu.fleet.gpu_facts:
+    proc_path: /host/proc
+    dev_path: /host/dev
+    driver_root: /host/run/nvidia/driver
+    timeout: 5
+
+- name: Use nvidia-smi where nvidia-ml-py is not installed
+  kubegpu.fleet.gpu_facts:
+    backend: nvidia_smi
+
+- name: Find nodes that upgraded the driver but were not rebooted
+  ansible.builtin.debug:
+    msg: "reboot needed: userspace {{ ansible_facts.nvidia.driver_version }}, kernel {{ ansible_facts.nvidia.kernel_module_version }}"
+  when: ansible_facts.nvidia.probe.error_code == 'NVML_ERROR_LIB_RM_VERSION_MISMATCH'
+
+- name: List device nodes that do not match the driver's majors
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia.device_nodes | rejectattr('ok') | map(attribute='path') | list }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added under C(nvidia).
+  returned: always
+  type: dict
+  contains:
+    nvidia:
+      description: NVIDIA facts of the node.
+      returned: always
+      type: dict
+      contains:
+        present:
+          description: True when an NVIDIA driver is there (the probe found it, or the kernel module is loaded).
+          type: bool
+          sample: true
+        probe:
+          description: How the probe went.
+          type: dict
+          contains:
+            status:
+              description:
+                - V(ok), V(hung) (no answer within O(timeout); the child was killed),
+                  V(error) (NVML answered with an error, possibly for one GPU only; the rest
+                  of the facts are filled), or V(absent) (no library, no nvidia-smi or no driver).
+              type: str
+              sample: ok
+            backend:
+              description: V(nvml) or V(nvidia_smi).
+              type: str
+              sample: nvml
+            elapsed:
+              description: Seconds the probe took.
+              type: float
+              sample: 0.021
+            error:
+              description: The first error, readable; null when none.
+              type: str
+              sample: "NVML_ERROR_LIB_RM_VERSION_MISMATCH: Driver/library version mismatch (nvmlInit)"
+            error_code:
+              description: NVML error name of the first error, when known.
+              type: str
+              sample: NVML_ERROR_LIB_RM_VERSION_MISMATCH
+            errors:
+              description: Every error, each with C(function), C(code), C(message) and, where it applies, C(gpu) and C(mig_device).
+              type: list
+              elements: dict
+            hung_in:
+              description: The call the probe was making when it was declared hung.
+              type: str
+              sample: nvmlInit
+            stuck_pids:
+              description: Probe processes that did not die on SIGKILL (uninterruptible sleep) and were left behind.
+              type: list
+              elements: int
+        source:
+          description: Where C(gpus) came from - V(nvml), V(nvidia_smi), V(procfs) (probe failed) or null.
+          type: str
+          sample: nvml
+        driver_version:
+          description: Userspace driver version (from NVML/nvidia-smi, else from the library's file name).
+          type: str
+          sample: 570.172.08
+        driver_version_source:
+          description: V(nvml), V(nvidia_smi) or V(library_file).
+          type: str
+          sample: nvml
+        driver_branch:
+          description: Driver branch (first version component).
+          type: int
+          sample: 570
+        kernel_module_version:
+          description: Version of the loaded kernel module, from C(<proc_path>/driver/nvidia/version).
+          type: str
+          sample: 570.172.08
+        cuda_driver_version:
+          description: CUDA version the driver supports.
+          type: str
+          sample: "12.8"
+        nvml_version:
+          description: NVML library version (nvml backend).
+          type: str
+          sample: 12.570.172.08
+        library_path:
+          description: The C(libnvidia-ml.so.1) found under O(driver_root).
+          type: str
+          sample: /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1
+        library_version:
+          description: Version in the name of the file C(libnvidia-ml.so.1) links to.
+          type: str
+          sample: 570.172.08
+        nvidia_smi_path:
+          description: The C(nvidia-smi) found under O(driver_root).
+          type: str
+          sample: /usr/bin/nvidia-smi
+        mig_enabled:
+          description: At least one GPU is in MIG mode; null when unknown.
+          type: bool
+          sample: true
+        mig_mixed:
+          description: Some GPUs are in MIG mode and some are not (the R570 hang trigger); null when unknown.
+          type: bool
+          sample: false
+        gpu_count:
+          description: Number of GPUs in C(gpus).
+          type: int
+          sample: 8
+        gpus:
+          description: GPUs in NVML index order.
+          type: list
+          elements: dict
+          contains:
+            index:
+              description: NVML index (null for GPUs read from procfs).
+              type: int
+            uuid:
+              description: GPU UUID.
+              type: str
+              sample: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77
+            name:
+              description: Product name.
+              type: str
+              sample: NVIDIA H100 80GB HBM3
+            minor_number:
+              description: Minor number of C(/dev/nvidia<N>).
+              type: int
+            pci_bus_id:
+              description: PCI bus ID.
+              type: str
+              sample: 00000000:18:00.0
+            memory_total_mib:
+              description: Framebuffer memory in MiB.
+              type: int
+            mig_mode:
+              description: C(current) and C(pending) MIG mode, each V(enabled), V(disabled), V(unsupported) or V(unknown).
+              type: dict
+            mig_devices:
+              description:
+                - MIG devices with C(index), C(uuid), C(name), C(profile), C(gpu_instance_id), C(compute_instance_id),
+                  C(memory_total_mib), C(multiprocessor_count).
+              type: list
+              elements: dict
+            errors:
+              description: Errors of the calls about this GPU.
+              type: list
+              elements: dict
+        device_ids:
+          description: Every GPU and MIG device UUID, as Kubernetes device plugins and the kubelet checkpoint name them.
+          type: list
+          elements: str
+        device_majors:
+          description: Majors from C(<proc_path>/devices) - C(gpu) (and C(gpu_name), V(nvidia) or V(nvidia-frontend)), C(nvidia_uvm), C(nvidia_caps).
+          type: dict
+        device_nodes:
+          description:
+            - C(nvidiactl), C(nvidia-modeset), C(nvidia-uvm), C(nvidia-uvm-tools), one C(nvidia<minor>) per GPU and the
+              C(nvidia-caps/nvidia-cap<N>) nodes of each MIG device (from C(mig-minors)).
+            - Each with C(name), C(path), C(kind), C(exists), C(char_device), C(major), C(minor), C(expected_major),
+              C(expected_minor), C(major_name) and C(ok) (exists and matches the driver's numbers).
+          type: list
+          elements: dict
+        kernel_modules:
+          description: C(nvidia), C(nvidia_uvm), C(nvidia_modeset), C(nvidia_drm), C(nvidia_peermem), each C(loaded), C(refcount), C(state).
+          type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import (
+    BACKENDS, GpuFactsError, nvidia_facts, pynvml_available)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            timeout=dict(type="float", default=10.0),
+            backend=dict(type="str", default="auto", choices=list(BACKENDS)),
+            proc_path=dict(type="path", default="/proc"),
+            dev_path=dict(type="path", default="/dev"),
+            driver_root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["backend"] == "nvml" and not pynvml_available():
+        module.fail_json(msg=missing_required_lib("nvidia-ml-py (module pynvml)",
+                                                  reason="for backend=nvml"))
+    try:
+        facts = nvidia_facts(proc_path=p["proc_path"], dev_path=p["dev_path"],
+                             driver_root=p["driver_root"], backend=p["backend"],
+                             timeout=p["timeout"])
+    except GpuFactsError as e:
+        module.fail_json(msg=str(e))
+    probe = facts["probe"]
+    if probe["status"] in ("hung", "error"):
+        module.warn("gpu_facts: %s probe %s: %s" % (probe["backend"], probe["status"], probe["error"]))
+    module.exit_json(changed=False, ansible_facts={"nvidia": facts})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1193 @@
+/*
+ * Fake libnvidia-ml.so.1 for kubegpu.fleet tests and the GPU lab.
+ * Copyright: kubegpu.fleet contributors
+ * GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+ *
+ * Implements the part of the NVML C ABI that nvidia-ml-py (pynvml), the fake nvidia-smi and
+ * kubegpu.fleet use, driven by a JSON scenario (see README.md). The failure mechanics follow
+ * the real driver stack rather than canned answers:
+ *
+ *  - nvmlInit compares the library's own version with the loaded kernel module's version
+ *    (kernel_module_version, or an "NVRM version:" line in kernel_module_version_file, the
+ *    procfs driver/nvidia/version file). A difference gives NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+ *    no kernel module gives NVML_ERROR_DRIVER_NOT_LOADED.
+ *  - With the library's version in 570.124.06..570.158.01 and a MIG-mixed node, nvmlInit never
+ *    returns (the R570 NVML regression), unless emulate_r570_mig_hang is false.
+ *  - "hang" makes a chosen call never return; with "freeze_cgroup" the calling process puts
+ *    itself into a cgroup v1 freezer cgroup and freezes it, so it ignores SIGKILL until
+ *    thawed, like a task in uninterruptible sleep.
+ *  - A lost GPU answers NVML_ERROR_GPU_IS_LOST to every call, any call can be given an error.
+ *
+ * Thread safe: one mutex guards the state, and a hung call keeps holding it (as the real
+ * library's RM lock does), so every other NVML caller in the process blocks too.
+ */
+#define _GNU_SOURCE
+#include "nvml_fake.h"
+#include "fake_json.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#ifndef FAKE_NVML_VERSION
+#define FAKE_NVML_VERSION "570.172.08"
+#endif
+
+#define API __attribute__((visibility("default")))
+
+#define FAKE_CONFIG_ENV "KUBEGPU_FAKE_NVML_CONFIG"
+#define FAKE_CONFIG_DEFAULT "/etc/kubegpu-lab/nvml.json"
+#define FAKE_MAX_GPUS 32
+#define FAKE_MAX_MIG 8
+#define FAKE_MAX_ERRS 24
+#define FAKE_DEV_MAGIC 0x4b474e56u
+#define FAKE_MAX_CONFIG (4 << 20)
+
+struct fake_err {
+    char fn[64];
+    int code;
+};
+
+struct nvmlDevice_st {
+    unsigned magic;
+    int is_mig;
+    unsigned index; /* GPU index, or MIG device index on its parent */
+    struct nvmlDevice_st *parent;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char serial[NVML_DEVICE_SERIAL_BUFFER_SIZE];
+    char profile[32];
+    unsigned arch;
+    int cc_major, cc_minor;
+    unsigned domain, bus, device, pci_device_id, pci_subsys_id;
+    unsigned minor;
+    unsigned long long mem_total, mem_reserved, mem_used;
+    int mig_supported, mig_current, mig_pending;
+    unsigned max_mig;
+    int lost;
+    unsigned gi, ci;
+    nvmlDeviceAttributes_t attrs;
+    struct fake_err errs[FAKE_MAX_ERRS];
+    int nerrs;
+    unsigned nmig;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    int refcount;
+    char version[64];
+    char nvml_version[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE];
+    int cuda;
+    unsigned ngpus;
+    struct nvmlDevice_st gpus[FAKE_MAX_GPUS];
+    struct nvmlDevice_st migs[FAKE_MAX_GPUS][FAKE_MAX_MIG];
+    struct fake_err errs[FAKE_MAX_ERRS];
+    int nerrs;
+    int hang_set;
+    char hang_fn[64];
+    long hang_gpu;
+    char freeze_cg[512];
+} G = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---------------------------------------------------------------- error names and strings */
+
+static const struct {
+    int code;
+    const char *name;
+    const char *text;
+} ERRORS[] = {
+    { NVML_SUCCESS, "NVML_SUCCESS", "Success" },
+    { NVML_ERROR_UNINITIALIZED, "NVML_ERROR_UNINITIALIZED", "Uninitialized" },
+    { NVML_ERROR_INVALID_ARGUMENT, "NVML_ERROR_INVALID_ARGUMENT", "Invalid Argument" },
+    { NVML_ERROR_NOT_SUPPORTED, "NVML_ERROR_NOT_SUPPORTED", "Not Supported" },
+    { NVML_ERROR_NO_PERMISSION, "NVML_ERROR_NO_PERMISSION", "Insufficient Permissions" },
+    { NVML_ERROR_ALREADY_INITIALIZED, "NVML_ERROR_ALREADY_INITIALIZED", "Already Initialized" },
+    { NVML_ERROR_NOT_FOUND, "NVML_ERROR_NOT_FOUND", "Not Found" },
+    { NVML_ERROR_INSUFFICIENT_SIZE, "NVML_ERROR_INSUFFICIENT_SIZE", "Insufficient Size" },
+    { NVML_ERROR_INSUFFICIENT_POWER, "NVML_ERROR_INSUFFICIENT_POWER", "Insufficient External Power" },
+    { NVML_ERROR_DRIVER_NOT_LOADED, "NVML_ERROR_DRIVER_NOT_LOADED", "Driver Not Loaded" },
+    { NVML_ERROR_TIMEOUT, "NVML_ERROR_TIMEOUT", "Timeout" },
+    { NVML_ERROR_IRQ_ISSUE, "NVML_ERROR_IRQ_ISSUE", "Interrupt Request Issue" },
+    { NVML_ERROR_LIBRARY_NOT_FOUND, "NVML_ERROR_LIBRARY_NOT_FOUND", "NVML Shared Library Not Found" },
+    { NVML_ERROR_FUNCTION_NOT_FOUND, "NVML_ERROR_FUNCTION_NOT_FOUND", "Function Not Found" },
+    { NVML_ERROR_CORRUPTED_INFOROM, "NVML_ERROR_CORRUPTED_INFOROM", "Corrupted infoROM" },
+    { NVML_ERROR_GPU_IS_LOST, "NVML_ERROR_GPU_IS_LOST", "GPU is lost" },
+    { NVML_ERROR_RESET_REQUIRED, "NVML_ERROR_RESET_REQUIRED", "GPU requires restart" },
+    { NVML_ERROR_OPERATING_SYSTEM, "NVML_ERROR_OPERATING_SYSTEM", "GPU access blocked by the operating system" },
+    { NVML_ERROR_LIB_RM_VERSION_MISMATCH, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "Driver/library version mismatch" },
+    { NVML_ERROR_IN_USE, "NVML_ERROR_IN_USE", "In use by another client" },
+    { NVML_ERROR_MEMORY, "NVML_ERROR_MEMORY", "Insufficient Memory" },
+    { NVML_ERROR_NO_DATA, "NVML_ERROR_NO_DATA", "No data" },
+    { NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", "vGPU ECC Not Supported" },
+    { NVML_ERROR_INSUFFICIENT_RESOURCES, "NVML_ERROR_INSUFFICIENT_RESOURCES", "Insufficient resources" },
+    { NVML_ERROR_FREQ_NOT_SUPPORTED, "NVML_ERROR_FREQ_NOT_SUPPORTED", "Frequency not supported" },
+    { NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", "Argument version mismatch" },
+    { NVML_ERROR_DEPRECATED, "NVML_ERROR_DEPRECATED", "Deprecated" },
+    { NVML_ERROR_NOT_READY, "NVML_ERROR_NOT_READY", "Not ready" },
+    { NVML_ERROR_GPU_NOT_FOUND, "NVML_ERROR_GPU_NOT_FOUND", "GPU not found" },
+    { NVML_ERROR_INVALID_STATE, "NVML_ERROR_INVALID_STATE", "Invalid state" },
+    { NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED", "Reset type not supported" },
+    { NVML_ERROR_UNKNOWN, "NVML_ERROR_UNKNOWN", "Unknown Error" },
+};
+
+static void fake_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fake_log(const char *fmt, ...)
+{
+    va_list ap;
+    if (!getenv("KUBEGPU_FAKE_NVML_DEBUG"))
+        return;
+    va_start(ap, fmt);
+    fprintf(stderr, "fake-nvml[%d]: ", (int)getpid());
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Error code from "NVML_ERROR_GPU_IS_LOST", "GPU_IS_LOST" or a number; -1 when unknown. */
+static int error_code(const fj_value *v)
+{
+    if (!v)
+        return -1;
+    if (v->type == FJ_NUM)
+        return (int)v->num;
+    if (v->type != FJ_STR)
+        return -1;
+    for (size_t i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++) {
+        const char *n = ERRORS[i].name;
+        if (strcasecmp(v->str, n) == 0 ||
+            (strncmp(n, "NVML_ERROR_", 11) == 0 && strcasecmp(v->str, n + 11) == 0))
+            return ERRORS[i].code;
+    }
+    return -1;
+}
+
+/* Function base name: strip a _vN suffix; nvmlInitWithFlags counts as nvmlInit. */
+static void base_name(const char *fn, char *out, size_t len)
+{
+    size_t n;
+    snprintf(out, len, "%s", fn);
+    if (strcmp(out, "nvmlInitWithFlags") == 0) {
+        snprintf(out, len, "nvmlInit");
+        return;
+    }
+    n = strlen(out);
+    while (n > 0 && isdigit((unsigned char)out[n - 1]))
+        n--;
+    if (n >= 2 && n < strlen(out) && out[n - 1] == 'v' && out[n - 2] == '_')
+        out[n - 2] = '\0';
+}
+
+/* --------------------------------------------------------------------------- hanging */
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ssize_t n;
+    if (fd < 0)
+        return -1;
+    n = write(fd, text, strlen(text));
+    close(fd);
+    return n < 0 ? -1 : 0;
+}
+
+/* Move this process into a cgroup v1 freezer cgroup and freeze it. The process stops on its
+ * way back to user space and, like a task in D state, does not die on SIGKILL until thawed. */
+static void freeze_self(const char *cg)
+{
+    char path[600], pid[32];
+    if (mkdir(cg, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "fake-nvml: cannot create freezer cgroup %s: %s\n", cg, strerror(errno));
+        return;
+    }
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+    if (write_file(path, pid) < 0) {
+        fprintf(stderr, "fake-nvml: cannot join %s: %s\n", path, strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/freezer.state", cg);
+    if (write_file(path, "FROZEN") < 0)
+        fprintf(stderr, "fake-nvml: cannot freeze %s: %s\n", path, strerror(errno));
+}
+
+static void hang_forever(const char *why, const char *cg) __attribute__((noreturn));
+
+static void hang_forever(const char *why, const char *cg)
+{
+    fake_log("hanging in %s%s%s", why, cg && *cg ? ", freezing cgroup " : "", cg ? cg : "");
+    if (cg && *cg)
+        freeze_self(cg);
+    for (;;)
+        pause();
+}
+
+static void maybe_hang(const char *fn, long gpu)
+{
+    char base[64];
+    if (!G.hang_set)
+        return;
+    base_name(fn, base, sizeof(base));
+    if (strcmp(base, G.hang_fn) != 0)
+        return;
+    if (G.hang_gpu >= 0 && gpu != G.hang_gpu)
+        return;
+    hang_forever(fn, G.freeze_cg);
+}
+
+/* ------------------------------------------------------------------- error injection */
+
+static int add_errors(struct fake_err *errs, int *nerrs, const fj_value *map)
+{
+    if (!map || map->type != FJ_OBJ)
+        return 0;
+    for (size_t i = 0; i < map->n && *nerrs < FAKE_MAX_ERRS; i++) {
+        int code = error_code(map->items[i]);
+        if (code < 0) {
+            fprintf(stderr, "fake-nvml: unknown NVML error for %s in scenario\n", map->keys[i]);
+            return -1;
+        }
+        base_name(map->keys[i], errs[*nerrs].fn, sizeof(errs[*nerrs].fn));
+        errs[*nerrs].code = code;
+        (*nerrs)++;
+    }
+    return 0;
+}
+
+static int find_error(const struct fake_err *errs, int nerrs, const char *base)
+{
+    for (int i = 0; i < nerrs; i++)
+        if (strcmp(errs[i].fn, base) == 0)
+            return errs[i].code;
+    return NVML_SUCCESS;
+}
+
+static int injected(const char *fn, const struct nvmlDevice_st *d)
+{
+    char base[64];
+    int rc;
+    base_name(fn, base, sizeof(base));
+    if (d) {
+        if ((rc = find_error(d->errs, d->nerrs, base)) != NVML_SUCCESS)
+            return rc;
+        if (d->is_mig && (rc = find_error(d->parent->errs, d->parent->nerrs, base)) != NVML_SUCCESS)
+            return rc;
+    }
+    return find_error(G.errs, G.nerrs, base);
+}
+
+/* ------------------------------------------------------------------------ versions */
+
+static int version_parts(const char *v, long out[3])
+{
+    int n = 0;
+    out[0] = out[1] = out[2] = 0;
+    while (*v && n < 3) {
+        char *end;
+        if (!isdigit((unsigned char)*v))
+            return -1;
+        out[n++] = strtol(v, &end, 10);
+        v = end;
+        if (*v == '.')
+            v++;
+        else
+            break;
+    }
+    return (*v == '\0' && n >= 2) ? 0 : -1;
+}
+
+static int version_cmp(const long a[3], const long b[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* Kernel-module version from an "NVRM version:" line, e.g.
+ * "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 ..." or
+ * "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.172.08  Release Build ...". */
+static int parse_nvrm(const char *text, char *out, size_t len)
+{
+    const char *line = text;
+    while (line && *line) {
+        const char *eol = strchr(line, '\n');
+        if (strncmp(line, "NVRM version:", 13) == 0) {
+            const char *p = strstr(line, "Kernel Module");
+            if (p && (!eol || p < eol)) {
+                size_t n = 0;
+                p += 13;
+                while (*p == ' ' || *p == '\t')
+                    p++;
+                if (strncmp(p, "for ", 4) == 0) {
+                    p += 4;
+                    while (*p && !isspace((unsigned char)*p))
+                        p++;
+                    while (*p == ' ' || *p == '\t')
+                        p++;
+                }
+                while ((isdigit((unsigned char)p[n]) || p[n] == '.') && n + 1 < len) {
+                    out[n] = p[n];
+                    n++;
+                }
+                out[n] = '\0';
+                return n ? 0 : -1;
+            }
+        }
+        line = eol ? eol + 1 : NULL;
+    }
+    return -1;
+}
+
+static char *read_all(const char *path, size_t limit)
+{
+    FILE *f = fopen(path, "re");
+    char *buf;
+    size_t n;
+    if (!f)
+        return NULL;
+    buf = malloc(limit + 1);
+    if (!buf) {
+        fclose(f);
+        return NULL;
+    }
+    n = fread(buf, 1, limit, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static int default_cuda(const char *version)
+{
+    long v[3];
+    if (version_parts(version, v) < 0)
+        return 12080;
+    if (v[0] >= 580) return 13000;
+    if (v[0] >= 575) return 12090;
+    if (v[0] >= 570) return 12080;
+    if (v[0] >= 565) return 12070;
+    if (v[0] >= 560) return 12060;
+    if (v[0] >= 555) return 12050;
+    if (v[0] >= 550) return 12040;
+    if (v[0] >= 545) return 12030;
+    if (v[0] >= 535) return 12020;
+    if (v[0] >= 530) return 12010;
+    if (v[0] >= 525) return 12000;
+    return 11080;
+}
+
+/* ---------------------------------------------------------------------- scenario */
+
+static unsigned long long mix(unsigned long long x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static void make_uuid(char *out, size_t len, const char *prefix, unsigned long long seed)
+{
+    unsigned long long a = mix(seed), b = mix(seed ^ 0x9e3779b97f4a7c15ULL);
+    snprintf(out, len, "%s-%08llx-%04llx-%04llx-%04llx-%012llx", prefix, a >> 32,
+             (a >> 16) & 0xffff, a & 0xffff, b >> 48, b & 0xffffffffffffULL);
+}
+
+static unsigned arch_code(const char *name)
+{
+    static const struct { const char *n; unsigned c; } A[] = {
+        { "Kepler", NVML_DEVICE_ARCH_KEPLER }, { "Maxwell", NVML_DEVICE_ARCH_MAXWELL },
+        { "Pascal", NVML_DEVICE_ARCH_PASCAL }, { "Volta", NVML_DEVICE_ARCH_VOLTA },
+        { "Turing", NVML_DEVICE_ARCH_TURING }, { "Ampere", NVML_DEVICE_ARCH_AMPERE },
+        { "Ada", NVML_DEVICE_ARCH_ADA }, { "Ada Lovelace", NVML_DEVICE_ARCH_ADA },
+        { "Hopper", NVML_DEVICE_ARCH_HOPPER }, { "Blackwell", NVML_DEVICE_ARCH_BLACKWELL },
+    };
+    for (size_t i = 0; i < sizeof(A) / sizeof(A[0]); i++)
+        if (strcasecmp(name, A[i].n) == 0)
+            return A[i].c;
+    return NVML_DEVICE_ARCH_UNKNOWN;
+}
+
+static int parse_busid(const char *s, unsigned *dom, unsigned *bus, unsigned *dev)
+{
+    unsigned fn;
+    if (sscanf(s, "%x:%x:%x.%x", dom, bus, dev, &fn) == 4)
+        return 0;
+    *dom = 0;
+    return sscanf(s, "%x:%x.%x", bus, dev, &fn) == 3 ? 0 : -1;
+}
+
+/* "1g.10gb", "2g.20gb", "1c.2g.20gb", "1g.10gb+me" -> slice counts and memory in GB. */
+static void parse_profile(const char *p, unsigned *gslices, unsigned *cslices, unsigned *gb)
+{
+    unsigned a = 0, b = 0, c = 0;
+    *gslices = *cslices = 1;
+    *gb = 10;
+    if (sscanf(p, "%uc.%ug.%ugb", &a, &b, &c) == 3) {
+        *cslices = a;
+        *gslices = b;
+        *gb = c;
+    } else if (sscanf(p, "%ug.%ugb", &a, &b) == 2) {
+        *gslices = *cslices = a;
+        *gb = b;
+    }
+}
+
+/* Mode from true/false or "Enabled"/"Disabled"; -1 for absent/null/"N/A". */
+static int mode_value(const fj_value *v, int def)
+{
+    if (!v)
+        return def;
+    if (v->type == FJ_BOOL)
+        return v->boolean;
+    if (v->type == FJ_NUM)
+        return v->num != 0;
+    if (v->type == FJ_STR) {
+        if (strcasecmp(v->str, "enabled") == 0 || strcasecmp(v->str, "enable") == 0)
+            return 1;
+        if (strcasecmp(v->str, "disabled") == 0 || strcasecmp(v->str, "disable") == 0)
+            return 0;
+    }
+    return -1;
+}
+
+static const unsigned DEFAULT_BUS[8] = { 0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb };
+
+static int load_mig(struct nvmlDevice_st *gpu, struct nvmlDevice_st *m, unsigned j,
+                    const fj_value *spec)
+{
+    unsigned gs, cs, gb;
+    const char *profile = fj_get_str(spec, "profile", "1g.10gb");
+    memset(m, 0, sizeof(*m));
+    m->magic = FAKE_DEV_MAGIC;
+    m->is_mig = 1;
+    m->index = j;
+    m->parent = gpu;
+    snprintf(m->profile, sizeof(m->profile), "%s", profile);
+    parse_profile(profile, &gs, &cs, &gb);
+    snprintf(m->uuid, sizeof(m->uuid), "%s", fj_get_str(spec, "uuid", ""));
+    if (!m->uuid[0])
+        make_uuid(m->uuid, sizeof(m->uuid), "MIG", mix((unsigned long long)gpu->index + 1) + j + 1);
+    snprintf(m->name, sizeof(m->name), "%s MIG %s", gpu->name, profile);
+    m->gi = (unsigned)fj_get_int(spec, "gpu_instance_id", fj_get_int(spec, "gi", (long long)j + 1));
+    m->ci = (unsigned)fj_get_int(spec, "compute_instance_id", fj_get_int(spec, "ci", 0));
+    m->mem_total = (unsigned long long)fj_get_int(spec, "memory_mib", (long long)gb * 1024 - 256) << 20;
+    m->mem_used = (unsigned long long)fj_get_int(spec, "memory_used_mib", 13) << 20;
+    m->attrs.gpuInstanceSliceCount = gs;
+    m->attrs.computeInstanceSliceCount = cs;
+    m->attrs.multiprocessorCount = (unsigned)fj_get_int(spec, "multiprocessor_count", (long long)cs * 16);
+    m->attrs.sharedCopyEngineCount = (unsigned)fj_get_int(spec, "copy_engine_count", gs);
+    m->attrs.sharedDecoderCount = (unsigned)fj_get_int(spec, "decoder_count", gs);
+    m->attrs.sharedEncoderCount = (unsigned)fj_get_int(spec, "encoder_count", 0);
+    m->attrs.sharedJpegCount = (unsigned)fj_get_int(spec, "jpg_count", gs);
+    m->attrs.sharedOfaCount = (unsigned)fj_get_int(spec, "ofa_count", 0);
+    m->attrs.memorySizeMB = m->mem_total >> 20;
+    return add_errors(m->errs, &m->nerrs, fj_get(spec, "errors"));
+}
+
+static int load_gpu(struct nvmlDevice_st *d, unsigned i, const fj_value *spec)
+{
+    const fj_value *mig = fj_get(spec, "mig_mode");
+    const fj_value *devs = fj_get(spec, "mig_devices");
+    const char *bus = fj_get_str(spec, "pci_bus_id", NULL);
+    const char *cc = fj_get_str(spec, "compute_capability", "9.0");
+    memset(d, 0, sizeof(*d));
+    d->magic = FAKE_DEV_MAGIC;
+    d->index = i;
+    snprintf(d->uuid, sizeof(d->uuid), "%s", fj_get_str(spec, "uuid", ""));
+    if (!d->uuid[0])
+        make_uuid(d->uuid, sizeof(d->uuid), "GPU", (unsigned long long)i + 0x6b75626567707573ULL);
+    snprintf(d->name, sizeof(d->name), "%s", fj_get_str(spec, "name", "NVIDIA H100 80GB HBM3"));
+    snprintf(d->serial, sizeof(d->serial), "%s", fj_get_str(spec, "serial", ""));
+    if (!d->serial[0])
+        snprintf(d->serial, sizeof(d->serial), "165232%07u", 1000 + i);
+    d->arch = arch_code(fj_get_str(spec, "architecture", "Hopper"));
+    if (sscanf(cc, "%d.%d", &d->cc_major, &d->cc_minor) != 2) {
+        d->cc_major = 9;
+        d->cc_minor = 0;
+    }
+    d->bus = i < 8 ? DEFAULT_BUS[i] : 0x10 + i;
+    if (bus && parse_busid(bus, &d->domain, &d->bus, &d->device) < 0) {
+        fprintf(stderr, "fake-nvml: bad pci_bus_id %s in scenario\n", bus);
+        return -1;
+    }
+    d->pci_device_id = (unsigned)strtoul(fj_get_str(spec, "pci_device_id", "0x233010DE"), NULL, 0);
+    d->pci_subsys_id = (unsigned)strtoul(fj_get_str(spec, "pci_sub_system_id", "0x16C110DE"), NULL, 0);
+    d->minor = (unsigned)fj_get_int(spec, "minor_number", fj_get_int(spec, "minor", i));
+    d->mem_total = (unsigned long long)fj_get_int(spec, "memory_mib", 81559) << 20;
+    d->mem_reserved = (unsigned long long)fj_get_int(spec, "memory_reserved_mib", 329) << 20;
+    d->mem_used = (unsigned long long)fj_get_int(spec, "memory_used_mib", 0) << 20;
+    d->lost = fj_get_bool(spec, "lost", 0);
+    /* "mig_mode": null or "N/A" -> the GPU is not MIG capable. */
+    d->mig_supported = fj_get_bool(spec, "mig_capable",
+                                   !(mig && (mig->type == FJ_NULL ||
+                                             (mig->type == FJ_STR && mode_value(mig, 0) < 0))));
+    if (mig && mig->type == FJ_OBJ) {
+        d->mig_current = mode_value(fj_get(mig, "current"), 0);
+        d->mig_pending = mode_value(fj_get(mig, "pending"), d->mig_current);
+    } else if (mig && mig->type != FJ_NULL) {
+        d->mig_current = d->mig_pending = mode_value(mig, 0);
+    }
+    if (d->mig_current < 0 || d->mig_pending < 0)
+        d->mig_supported = 0;
+    if (!d->mig_supported)
+        d->mig_current = d->mig_pending = 0;
+    d->max_mig = (unsigned)fj_get_int(spec, "max_mig_devices", 7);
+    if (d->max_mig > FAKE_MAX_MIG)
+        d->max_mig = FAKE_MAX_MIG;
+    if (add_errors(d->errs, &d->nerrs, fj_get(spec, "errors")) < 0)
+        return -1;
+    if (devs && devs->type == FJ_ARR && d->mig_current == 1) {
+        for (size_t j = 0; j < devs->n && j < d->max_mig; j++)
+            if (load_mig(d, &G.migs[i][j], (unsigned)j, devs->items[j]) < 0)
+                return -1;
+        d->nmig = devs->n < d->max_mig ? (unsigned)devs->n : d->max_mig;
+    }
+    return 0;
+}
+
+static int r570_affected(const char *version)
+{
+    static const long first[3] = { 570, 124, 6 }, last[3] = { 570, 158, 1 };
+    long v[3];
+    if (version_parts(version, v) < 0)
+        return 0;
+    return version_cmp(v, first) >= 0 && version_cmp(v, last) <= 0;
+}
+
+static int mig_mixed(void)
+{
+    int on = 0, off = 0;
+    for (unsigned i = 0; i < G.ngpus; i++) {
+        if (G.gpus[i].mig_current == 1)
+            on = 1;
+        else
+            off = 1;
+    }
+    return on && off;
+}
+
+/* Load the scenario and run the init-time checks. Called with the lock held. */
+static int fake_init(void)
+{
+    const char *path = getenv(FAKE_CONFIG_ENV);
+    char err[160], kver[80];
+    char *text;
+    fj_value *cfg;
+    const fj_value *v, *gpus, *hang;
+    int rc = NVML_SUCCESS, code;
+
+    if (!path || !*path)
+        path = FAKE_CONFIG_DEFAULT;
+    text = read_all(path, FAKE_MAX_CONFIG);
+    if (!text) {
+        /* No scenario means no driver behind this library. */
+        fake_log("no scenario at %s: %s", path, strerror(errno));
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    cfg = fj_parse(text, err, sizeof(err));
+    free(text);
+    if (!cfg || cfg->type != FJ_OBJ) {
+        fprintf(stderr, "fake-nvml: cannot parse scenario %s: %s\n", path, cfg ? "not an object" : err);
+        fj_free(cfg);
+        return NVML_ERROR_UNKNOWN;
+    }
+
+    memset(G.gpus, 0, sizeof(G.gpus));
+    memset(G.migs, 0, sizeof(G.migs));
+    G.ngpus = 0;
+    G.nerrs = 0;
+    G.hang_set = 0;
+    G.freeze_cg[0] = '\0';
+    snprintf(G.version, sizeof(G.version), "%s", fj_get_str(cfg, "driver_version", FAKE_NVML_VERSION));
+    if (fj_get(cfg, "cuda_driver_version") && fj_get(cfg, "cuda_driver_version")->type == FJ_STR) {
+        int maj = 0, min = 0;
+        sscanf(fj_get_str(cfg, "cuda_driver_version", ""), "%d.%d", &maj, &min);
+        G.cuda = maj * 1000 + min * 10;
+    } else {
+        G.cuda = (int)fj_get_int(cfg, "cuda_driver_version", default_cuda(G.version));
+    }
+    snprintf(G.nvml_version, sizeof(G.nvml_version), "%s", fj_get_str(cfg, "nvml_version", ""));
+    if (!G.nvml_version[0])
+        snprintf(G.nvml_version, sizeof(G.nvml_version), "%d.%s", G.cuda / 1000, G.version);
+
+    if (add_errors(G.errs, &G.nerrs, fj_get(cfg, "errors")) < 0) {
+        rc = NVML_ERROR_UNKNOWN;
+        goto out;
+    }
+    if ((v = fj_get(cfg, "init_error")) && v->type != FJ_NULL) {
+        if ((code = error_code(v)) < 0) {
+            fprintf(stderr, "fake-nvml: unknown init_error in scenario\n");
+            rc = NVML_ERROR_UNKNOWN;
+        } else {
+            rc = code;
+        }
+        goto out;
+    }
+
+    /* The kernel module: the real library asks the loaded RM for its version. */
+    v = fj_get(cfg, "kernel_module_version");
+    if (v) {
+        if (v->type != FJ_STR) {
+            rc = NVML_ERROR_DRIVER_NOT_LOADED;
+            goto out;
+        }
+        snprintf(kver, sizeof(kver), "%s", v->str);
+    } else if ((path = fj_get_str(cfg, "kernel_module_version_file", NULL))) {
+        char *proc = read_all(path, 1 << 16);
+        if (!proc) {
+            fake_log("kernel module version file %s: %s", path, strerror(errno));
+            rc = NVML_ERROR_DRIVER_NOT_LOADED;
+            goto out;
+        }
+        if (parse_nvrm(proc, kver, sizeof(kver)) < 0) {
+            free(proc);
+            fake_log("no NVRM version line in %s", path);
+            rc = NVML_ERROR_DRIVER_NOT_LOADED;
+            goto out;
+        }
+        free(proc);
+    } else {
+        snprintf(kver, sizeof(kver), "%s", G.version);
+    }
+    if (strcmp(kver, G.version) != 0) {
+        fake_log("API mismatch: kernel module %s, library %s", kver, G.version);
+        rc = NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+        goto out;
+    }
+
+    gpus = fj_get(cfg, "gpus");
+    if (gpus && gpus->type == FJ_ARR) {
+        for (size_t i = 0; i < gpus->n && i < FAKE_MAX_GPUS; i++) {
+            if (load_gpu(&G.gpus[i], (unsigned)i, gpus->items[i]) < 0) {
+                rc = NVML_ERROR_UNKNOWN;
+                goto out;
+            }
+        }
+        G.ngpus = gpus->n < FAKE_MAX_GPUS ? (unsigned)gpus->n : FAKE_MAX_GPUS;
+    }
+
+    hang = fj_get(cfg, "hang");
+    if (hang && !(hang->type == FJ_BOOL && !hang->boolean) && hang->type != FJ_NULL) {
+        G.hang_set = 1;
+        G.hang_gpu = -1;
+        snprintf(G.hang_fn, sizeof(G.hang_fn), "nvmlInit");
+        if (hang->type == FJ_STR) {
+            base_name(hang->str, G.hang_fn, sizeof(G.hang_fn));
+        } else if (hang->type == FJ_OBJ) {
+            base_name(fj_get_str(hang, "function", "nvmlInit"), G.hang_fn, sizeof(G.hang_fn));
+            G.hang_gpu = (long)fj_get_int(hang, "gpu", -1);
+            snprintf(G.freeze_cg, sizeof(G.freeze_cg), "%s", fj_get_str(hang, "freeze_cgroup", ""));
+        }
+    }
+
+    if (fj_get_bool(cfg, "emulate_r570_mig_hang", 1) && r570_affected(G.version) && mig_mixed()) {
+        fj_free(cfg);
+        hang_forever("nvmlInit (R570 NVML regression on a MIG-mixed node)", G.freeze_cg);
+    }
+    fj_free(cfg);
+    maybe_hang("nvmlInit", -1);
+    return NVML_SUCCESS;
+out:
+    fj_free(cfg);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ API glue */
+
+#define LOCK() pthread_mutex_lock(&G.lock)
+#define UNLOCK() pthread_mutex_unlock(&G.lock)
+
+static int valid_handle(const struct nvmlDevice_st *d)
+{
+    const char *p = (const char *)d;
+    const char *g0 = (const char *)&G.gpus[0], *g1 = (const char *)&G.gpus[G.ngpus];
+    const char *m0 = (const char *)&G.migs[0][0], *m1 = (const char *)G.migs + sizeof(G.migs);
+    if (!d)
+        return 0;
+    if (!((p >= g0 && p < g1) || (p >= m0 && p < m1)))
+        return 0;
+    if (d->magic != FAKE_DEV_MAGIC)
+        return 0;
+    if (d->is_mig && (d->parent->mig_current != 1 || d->index >= d->parent->nmig))
+        return 0;
+    return 1;
+}
+
+/* Common entry of every per-device call; returns with the lock held on success. */
+static int enter(const char *fn, nvmlDevice_t d)
+{
+    int rc;
+    const struct nvmlDevice_st *gpu;
+    LOCK();
+    if (!G.refcount) {
+        UNLOCK();
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    if (!valid_handle(d)) {
+        UNLOCK();
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    gpu = d->is_mig ? d->parent : d;
+    maybe_hang(fn, (long)gpu->index);
+    if (gpu->lost) {
+        UNLOCK();
+        return NVML_ERROR_GPU_IS_LOST;
+    }
+    if ((rc = injected(fn, d)) != NVML_SUCCESS) {
+        UNLOCK();
+        return rc;
+    }
+    return NVML_SUCCESS;
+}
+
+static int enter_system(const char *fn)
+{
+    int rc;
+    LOCK();
+    if (!G.refcount) {
+        UNLOCK();
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    maybe_hang(fn, -1);
+    if ((rc = injected(fn, NULL)) != NVML_SUCCESS) {
+        UNLOCK();
+        return rc;
+    }
+    return NVML_SUCCESS;
+}
+
+static int copy_out(char *dst, unsigned len, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > len)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+#define RETURN(rc) do { int rc_ = (rc); UNLOCK(); return rc_; } while (0)
+
+/* -------------------------------------------------------------------- init/shutdown */
+
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    int rc;
+    (void)flags;
+    LOCK();
+    if (G.refcount > 0) {
+        G.refcount++;
+        UNLOCK();
+        return NVML_SUCCESS;
+    }
+    rc = fake_init();
+    if (rc == NVML_SUCCESS)
+        G.refcount = 1;
+    else
+        G.ngpus = 0;
+    UNLOCK();
+    return rc;
+}
+
+API nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+API nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+API nvmlReturn_t nvmlShutdown(void)
+{
+    LOCK();
+    if (G.refcount == 0)
+        RETURN(NVML_ERROR_UNINITIALIZED);
+    G.refcount--;
+    RETURN(NVML_SUCCESS);
+}
+
+API const char *nvmlErrorString(nvmlReturn_t result)
+{
+    for (size_t i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
+        if (ERRORS[i].code == result)
+            return ERRORS[i].text;
+    return "Unknown Error";
+}
+
+/* -------------------------------------------------------------------------- system */
+
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    int rc = enter_system("nvmlSystemGetDriverVersion");
+    if (rc)
+        return rc;
+    RETURN(copy_out(version, length, G.version));
+}
+
+API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    int rc = enter_system("nvmlSystemGetNVMLVersion");
+    if (rc)
+        return rc;
+    RETURN(copy_out(version, length, G.nvml_version));
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    int rc = enter_system("nvmlSystemGetCudaDriverVersion");
+    if (rc)
+        return rc;
+    if (!cudaDriverVersion)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *cudaDriverVersion = G.cuda;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    int rc = enter_system("nvmlDeviceGetCount");
+    if (rc)
+        return rc;
+    if (!deviceCount)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *deviceCount = G.ngpus;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+
+/* ------------------------------------------------------------------------- handles */
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    int rc;
+    LOCK();
+    if (!G.refcount)
+        RETURN(NVML_ERROR_UNINITIALIZED);
+    if (!device || index >= G.ngpus)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    maybe_hang("nvmlDeviceGetHandleByIndex", (long)index);
+    if (G.gpus[index].lost)
+        RETURN(NVML_ERROR_GPU_IS_LOST);
+    if ((rc = injected("nvmlDeviceGetHandleByIndex", &G.gpus[index])) != NVML_SUCCESS)
+        RETURN(rc);
+    *device = &G.gpus[index];
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    int rc = enter_system("nvmlDeviceGetHandleByUUID");
+    if (rc)
+        return rc;
+    if (!uuid || !device)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned i = 0; i < G.ngpus; i++) {
+        if (strcmp(G.gpus[i].uuid, uuid) == 0) {
+            if (G.gpus[i].lost)
+                RETURN(NVML_ERROR_GPU_IS_LOST);
+            *device = &G.gpus[i];
+            RETURN(NVML_SUCCESS);
+        }
+        for (unsigned j = 0; j < G.gpus[i].nmig; j++) {
+            if (strcmp(G.migs[i][j].uuid, uuid) == 0) {
+                *device = &G.migs[i][j];
+                RETURN(NVML_SUCCESS);
+            }
+        }
+    }
+    RETURN(NVML_ERROR_NOT_FOUND);
+}
+
+static int same_busid(const struct nvmlDevice_st *d, const char *busid)
+{
+    unsigned dom, bus, dev;
+    if (parse_busid(busid, &dom, &bus, &dev) < 0)
+        return 0;
+    return dom == d->domain && bus == d->bus && dev == d->device;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    int rc = enter_system("nvmlDeviceGetHandleByPciBusId");
+    if (rc)
+        return rc;
+    if (!pciBusId || !device)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned i = 0; i < G.ngpus; i++) {
+        if (same_busid(&G.gpus[i], pciBusId)) {
+            if (G.gpus[i].lost)
+                RETURN(NVML_ERROR_GPU_IS_LOST);
+            *device = &G.gpus[i];
+            RETURN(NVML_SUCCESS);
+        }
+    }
+    RETURN(NVML_ERROR_NOT_FOUND);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+/* ----------------------------------------------------------------- device queries */
+
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    int rc = enter("nvmlDeviceGetUUID", device);
+    if (rc)
+        return rc;
+    RETURN(copy_out(uuid, length, device->uuid));
+}
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    int rc = enter("nvmlDeviceGetName", device);
+    if (rc)
+        return rc;
+    RETURN(copy_out(name, length, device->name));
+}
+
+API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    int rc = enter("nvmlDeviceGetSerial", device);
+    if (rc)
+        return rc;
+    RETURN(copy_out(serial, length, device->is_mig ? device->parent->serial : device->serial));
+}
+
+API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    int rc = enter("nvmlDeviceGetIndex", device);
+    if (rc)
+        return rc;
+    if (!index)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *index = device->index;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    int rc = enter("nvmlDeviceGetMinorNumber", device);
+    if (rc)
+        return rc;
+    if (!minorNumber)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *minorNumber = device->minor;
+    RETURN(NVML_SUCCESS);
+}
+
+static void fill_pci(const struct nvmlDevice_st *d, nvmlPciInfo_t *pci)
+{
+    memset(pci, 0, sizeof(*pci));
+    pci->domain = d->domain;
+    pci->bus = d->bus;
+    pci->device = d->device;
+    pci->pciDeviceId = d->pci_device_id;
+    pci->pciSubSystemId = d->pci_subsys_id;
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0", d->domain, d->bus, d->device);
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", d->domain, d->bus, d->device);
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    int rc = enter("nvmlDeviceGetPciInfo", device);
+    if (rc)
+        return rc;
+    if (!pci)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    fill_pci(device->is_mig ? device->parent : device, pci);
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(device, pci); }
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    int rc = enter("nvmlDeviceGetMemoryInfo", device);
+    if (rc)
+        return rc;
+    if (!memory)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    memory->total = device->mem_total;
+    memory->used = device->mem_used + device->mem_reserved;
+    memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    int rc = enter("nvmlDeviceGetMemoryInfo", device);
+    if (rc)
+        return rc;
+    if (!memory)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != nvmlMemory_v2)
+        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    memory->total = device->mem_total;
+    memory->reserved = device->mem_reserved;
+    memory->used = device->mem_used;
+    memory->free = memory->total > memory->used + memory->reserved
+                       ? memory->total - memory->used - memory->reserved : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    int rc = enter("nvmlDeviceGetCudaComputeCapability", device);
+    const struct nvmlDevice_st *gpu;
+    if (rc)
+        return rc;
+    if (!major || !minor)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    gpu = device->is_mig ? device->parent : device;
+    *major = gpu->cc_major;
+    *minor = gpu->cc_minor;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+    int rc = enter("nvmlDeviceGetArchitecture", device);
+    if (rc)
+        return rc;
+    if (!arch)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *arch = device->is_mig ? device->parent->arch : device->arch;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------------ MIG */
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    int rc = enter("nvmlDeviceGetMigMode", device);
+    if (rc)
+        return rc;
+    if (!currentMode || !pendingMode)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig || !device->mig_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *currentMode = device->mig_current == 1 ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = device->mig_pending == 1 ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    int rc = enter("nvmlDeviceGetMaxMigDeviceCount", device);
+    if (rc)
+        return rc;
+    if (!count)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig || !device->mig_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *count = device->max_mig;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    int rc = enter("nvmlDeviceGetMigDeviceHandleByIndex", device);
+    if (rc)
+        return rc;
+    if (!migDevice || device->is_mig)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!device->mig_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (index >= device->max_mig)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->mig_current != 1 || index >= device->nmig)
+        RETURN(NVML_ERROR_NOT_FOUND);
+    if ((rc = injected("nvmlDeviceGetMigDeviceHandleByIndex", &G.migs[device->index][index])) != NVML_SUCCESS)
+        RETURN(rc);
+    *migDevice = &G.migs[device->index][index];
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    int rc = enter("nvmlDeviceIsMigDeviceHandle", device);
+    if (rc)
+        return rc;
+    if (!isMigDevice)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isMigDevice = device->is_mig ? 1 : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    int rc = enter("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", migDevice);
+    if (rc)
+        return rc;
+    if (!device || !migDevice->is_mig)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *device = migDevice->parent;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    int rc = enter("nvmlDeviceGetGpuInstanceId", device);
+    if (rc)
+        return rc;
+    if (!id)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!device->is_mig)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *id = device->gi;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    int rc = enter("nvmlDeviceGetComputeInstanceId", device);
+    if (rc)
+        return rc;
+    if (!id)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!device->is_mig)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *id = device->ci;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    int rc = enter("nvmlDeviceGetAttributes", device);
+    if (rc)
+        return rc;
+    if (!attributes)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!device->is_mig) /* the API only supports MIG device handles */
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *attributes = device->attrs;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    return nvmlDeviceGetAttributes_v2(device, attributes);
+}

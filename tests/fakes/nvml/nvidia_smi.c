@@ -1,0 +1,657 @@
+/*
+ * Fake nvidia-smi for kubegpu.fleet tests and the GPU lab.
+ * Copyright: kubegpu.fleet contributors
+ * GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+ *
+ * Like the real tool it dlopen()s libnvidia-ml.so.1 and answers from the NVML API, so it shares
+ * the library's failure mechanics: a version mismatch makes it print "Failed to initialize NVML:
+ * Driver/library version mismatch" and exit non-zero, a hung nvmlInit hangs it. Exit statuses are
+ * the NVML return codes, as documented for the real tool (9 driver not loaded, 12 library not
+ * found, 15 GPU lost, 18 version mismatch...).
+ *
+ * Supported: nvidia-smi (summary table), -L/--list-gpus, -q -x (XML, nvsmi_device_v12 shape),
+ * -q (text), --version, -h.
+ */
+#define _GNU_SOURCE
+#include "nvml_fake.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NVML_FN(ret, name, args) typedef ret(*name##_fn) args; static name##_fn p_##name;
+NVML_FN(nvmlReturn_t, nvmlInitWithFlags, (unsigned int))
+NVML_FN(nvmlReturn_t, nvmlShutdown, (void))
+NVML_FN(const char *, nvmlErrorString, (nvmlReturn_t))
+NVML_FN(nvmlReturn_t, nvmlSystemGetDriverVersion, (char *, unsigned int))
+NVML_FN(nvmlReturn_t, nvmlSystemGetNVMLVersion, (char *, unsigned int))
+NVML_FN(nvmlReturn_t, nvmlSystemGetCudaDriverVersion, (int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetCount_v2, (unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetHandleByIndex_v2, (unsigned int, nvmlDevice_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned int))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetName, (nvmlDevice_t, char *, unsigned int))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetSerial, (nvmlDevice_t, char *, unsigned int))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMinorNumber, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetPciInfo_v3, (nvmlDevice_t, nvmlPciInfo_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetArchitecture, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int *, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMigDeviceHandleByIndex, (nvmlDevice_t, unsigned int, nvmlDevice_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetGpuInstanceId, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetComputeInstanceId, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetAttributes_v2, (nvmlDevice_t, nvmlDeviceAttributes_t *))
+
+static void *lib;
+
+static void *sym(const char *name)
+{
+    return dlsym(lib, name);
+}
+
+static void load_symbols(void)
+{
+#define LOAD(name) p_##name = (name##_fn)sym(#name)
+    LOAD(nvmlInitWithFlags);
+    LOAD(nvmlShutdown);
+    LOAD(nvmlErrorString);
+    LOAD(nvmlSystemGetDriverVersion);
+    LOAD(nvmlSystemGetNVMLVersion);
+    LOAD(nvmlSystemGetCudaDriverVersion);
+    LOAD(nvmlDeviceGetCount_v2);
+    LOAD(nvmlDeviceGetHandleByIndex_v2);
+    LOAD(nvmlDeviceGetUUID);
+    LOAD(nvmlDeviceGetName);
+    LOAD(nvmlDeviceGetSerial);
+    LOAD(nvmlDeviceGetMinorNumber);
+    LOAD(nvmlDeviceGetPciInfo_v3);
+    LOAD(nvmlDeviceGetMemoryInfo_v2);
+    LOAD(nvmlDeviceGetArchitecture);
+    LOAD(nvmlDeviceGetMigMode);
+    LOAD(nvmlDeviceGetMaxMigDeviceCount);
+    LOAD(nvmlDeviceGetMigDeviceHandleByIndex);
+    LOAD(nvmlDeviceGetGpuInstanceId);
+    LOAD(nvmlDeviceGetComputeInstanceId);
+    LOAD(nvmlDeviceGetAttributes_v2);
+#undef LOAD
+}
+
+/* Call through a pointer that may be missing from an older library. */
+#define CALL(name, ...) (p_##name ? p_##name(__VA_ARGS__) : NVML_ERROR_FUNCTION_NOT_FOUND)
+
+static const char *errstr(nvmlReturn_t rc)
+{
+    if (rc == NVML_ERROR_FUNCTION_NOT_FOUND || !p_nvmlErrorString)
+        return rc == NVML_ERROR_FUNCTION_NOT_FOUND ? "Function Not Found" : "Unknown Error";
+    return p_nvmlErrorString(rc);
+}
+
+/* Field text for a failed query: N/A for unsupported, else the NVML error string. */
+static const char *fail_text(nvmlReturn_t rc)
+{
+    return rc == NVML_ERROR_NOT_SUPPORTED ? "N/A" : errstr(rc);
+}
+
+static void xml_escape(const char *s, char *out, size_t len)
+{
+    size_t n = 0;
+    for (; *s && n + 7 < len; s++) {
+        const char *rep = NULL;
+        switch (*s) {
+        case '&': rep = "&amp;"; break;
+        case '<': rep = "&lt;"; break;
+        case '>': rep = "&gt;"; break;
+        case '"': rep = "&quot;"; break;
+        }
+        if (rep) {
+            memcpy(out + n, rep, strlen(rep));
+            n += strlen(rep);
+        } else {
+            out[n++] = *s;
+        }
+    }
+    out[n] = '\0';
+}
+
+static int exit_code;
+
+/* Exit status for an NVML return code: the code itself; 255 ("other error") when it does not
+ * fit, e.g. NVML_ERROR_UNKNOWN (999). */
+static int exit_status(int rc)
+{
+    return (rc < 0 || rc > 254) ? 255 : rc;
+}
+
+static void note_error(nvmlReturn_t rc)
+{
+    if (rc != NVML_SUCCESS && exit_code == 0)
+        exit_code = rc;
+}
+
+/* ------------------------------------------------------------------------- init */
+
+static int start(void)
+{
+    nvmlReturn_t rc;
+    lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that "
+               "the NVIDIA Display Driver is properly installed and present in your system.\n"
+               "Please also try adding directory that contains libnvidia-ml.so to your system PATH.\n");
+        return NVML_ERROR_LIBRARY_NOT_FOUND;
+    }
+    load_symbols();
+    if (!p_nvmlInitWithFlags) {
+        printf("Failed to initialize NVML: Function Not Found\n");
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    rc = p_nvmlInitWithFlags(0);
+    if (rc == NVML_SUCCESS)
+        return 0;
+    if (rc == NVML_ERROR_DRIVER_NOT_LOADED) {
+        printf("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+               "Make sure that the latest NVIDIA driver is installed and running.\n\n");
+    } else {
+        printf("Failed to initialize NVML: %s\n", errstr(rc));
+        if (rc == NVML_ERROR_LIB_RM_VERSION_MISMATCH) {
+            /* The real tool names the library's version; it comes from the file name. */
+            Dl_info info;
+            const char *so;
+            if (dladdr((void *)p_nvmlInitWithFlags, &info) && info.dli_fname &&
+                (so = strstr(info.dli_fname, "libnvidia-ml.so.")) != NULL) {
+                char real[4096];
+                if (realpath(info.dli_fname, real) && (so = strstr(real, "libnvidia-ml.so.")))
+                    printf("NVML library version: %s\n", so + 16);
+            }
+        }
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ helpers */
+
+struct gpu {
+    nvmlDevice_t h;
+    nvmlReturn_t hrc;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvmlReturn_t uuid_rc, name_rc;
+};
+
+static void get_gpu(unsigned i, struct gpu *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->hrc = CALL(nvmlDeviceGetHandleByIndex_v2, i, &g->h);
+    if (g->hrc != NVML_SUCCESS)
+        return;
+    g->uuid_rc = CALL(nvmlDeviceGetUUID, g->h, g->uuid, sizeof(g->uuid));
+    if (g->uuid_rc)
+        snprintf(g->uuid, sizeof(g->uuid), "%s", fail_text(g->uuid_rc));
+    g->name_rc = CALL(nvmlDeviceGetName, g->h, g->name, sizeof(g->name));
+    if (g->name_rc)
+        snprintf(g->name, sizeof(g->name), "%s", fail_text(g->name_rc));
+}
+
+static void handle_error(unsigned i, nvmlReturn_t rc)
+{
+    fprintf(stderr, "Unable to determine the device handle for GPU%u: %s\n", i, errstr(rc));
+    note_error(rc);
+}
+
+/* "NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb" */
+static const char *profile_of(const char *mig_name)
+{
+    const char *p = strstr(mig_name, " MIG ");
+    return p ? p + 5 : mig_name;
+}
+
+static const char *arch_name(unsigned a)
+{
+    switch (a) {
+    case NVML_DEVICE_ARCH_KEPLER: return "Kepler";
+    case NVML_DEVICE_ARCH_MAXWELL: return "Maxwell";
+    case NVML_DEVICE_ARCH_PASCAL: return "Pascal";
+    case NVML_DEVICE_ARCH_VOLTA: return "Volta";
+    case NVML_DEVICE_ARCH_TURING: return "Turing";
+    case NVML_DEVICE_ARCH_AMPERE: return "Ampere";
+    case NVML_DEVICE_ARCH_ADA: return "Ada Lovelace";
+    case NVML_DEVICE_ARCH_HOPPER: return "Hopper";
+    case NVML_DEVICE_ARCH_BLACKWELL: return "Blackwell";
+    }
+    return "Unknown";
+}
+
+static const char *mode_text(unsigned m)
+{
+    return m == NVML_DEVICE_MIG_ENABLE ? "Enabled" : "Disabled";
+}
+
+/* ---------------------------------------------------------------------- -L listing */
+
+static int list_gpus(void)
+{
+    unsigned count = 0;
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCount_v2, &count);
+    if (rc) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu g;
+        unsigned cur, pend, max = 0;
+        get_gpu(i, &g);
+        if (g.hrc) {
+            handle_error(i, g.hrc);
+            continue;
+        }
+        note_error(g.uuid_rc);
+        note_error(g.name_rc);
+        printf("GPU %u: %s (UUID: %s)\n", i, g.name, g.uuid);
+        if (CALL(nvmlDeviceGetMigMode, g.h, &cur, &pend) != NVML_SUCCESS || cur != NVML_DEVICE_MIG_ENABLE)
+            continue;
+        if (CALL(nvmlDeviceGetMaxMigDeviceCount, g.h, &max) != NVML_SUCCESS)
+            continue;
+        for (unsigned j = 0; j < max; j++) {
+            nvmlDevice_t m;
+            char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+            nvmlReturn_t r = CALL(nvmlDeviceGetMigDeviceHandleByIndex, g.h, j, &m);
+            if (r == NVML_ERROR_NOT_FOUND)
+                continue;
+            if (r) {
+                note_error(r);
+                continue;
+            }
+            if ((r = CALL(nvmlDeviceGetUUID, m, uuid, sizeof(uuid))))
+                snprintf(uuid, sizeof(uuid), "%s", fail_text(r));
+            if ((r = CALL(nvmlDeviceGetName, m, name, sizeof(name))))
+                snprintf(name, sizeof(name), "%s", fail_text(r));
+            printf("  MIG %-11s Device %2u: (UUID: %s)\n", profile_of(name), j, uuid);
+        }
+    }
+    return exit_code;
+}
+
+/* ------------------------------------------------------------------------- -q -x */
+
+static void xml_text(int depth, const char *tag, const char *value)
+{
+    char esc[512];
+    xml_escape(value, esc, sizeof(esc));
+    printf("%.*s<%s>%s</%s>\n", depth, "\t\t\t\t\t\t\t\t", tag, esc, tag);
+}
+
+static void xml_open(int depth, const char *tag)
+{
+    printf("%.*s<%s>\n", depth, "\t\t\t\t\t\t\t\t", tag);
+}
+
+static void xml_close(int depth, const char *tag)
+{
+    printf("%.*s</%s>\n", depth, "\t\t\t\t\t\t\t\t", tag);
+}
+
+static void xml_uint(int depth, const char *tag, nvmlReturn_t rc, unsigned long long v, const char *unit)
+{
+    char buf[64];
+    if (rc)
+        snprintf(buf, sizeof(buf), "%s", fail_text(rc));
+    else
+        snprintf(buf, sizeof(buf), "%llu%s", v, unit ? unit : "");
+    xml_text(depth, tag, buf);
+}
+
+static void xml_memory(int depth, const char *tag, nvmlDevice_t h)
+{
+    nvmlMemory_v2_t mem;
+    nvmlReturn_t rc;
+    memset(&mem, 0, sizeof(mem));
+    mem.version = nvmlMemory_v2;
+    rc = CALL(nvmlDeviceGetMemoryInfo_v2, h, &mem);
+    xml_open(depth, tag);
+    xml_uint(depth + 1, "total", rc, mem.total >> 20, " MiB");
+    xml_uint(depth + 1, "reserved", rc, mem.reserved >> 20, " MiB");
+    xml_uint(depth + 1, "used", rc, mem.used >> 20, " MiB");
+    xml_uint(depth + 1, "free", rc, mem.free >> 20, " MiB");
+    xml_close(depth, tag);
+    note_error(rc == NVML_ERROR_NOT_SUPPORTED ? NVML_SUCCESS : rc);
+}
+
+static void xml_mig_devices(nvmlDevice_t h, unsigned cur)
+{
+    unsigned max = 0;
+    int any = 0;
+    if (cur != NVML_DEVICE_MIG_ENABLE || CALL(nvmlDeviceGetMaxMigDeviceCount, h, &max) != NVML_SUCCESS) {
+        printf("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n");
+        return;
+    }
+    for (unsigned j = 0; j < max; j++) {
+        nvmlDevice_t m;
+        unsigned gi = 0, ci = 0;
+        nvmlDeviceAttributes_t a;
+        nvmlReturn_t rc = CALL(nvmlDeviceGetMigDeviceHandleByIndex, h, j, &m), grc, crc, arc;
+        if (rc == NVML_ERROR_NOT_FOUND)
+            continue;
+        if (rc) {
+            note_error(rc);
+            continue;
+        }
+        if (!any)
+            xml_open(2, "mig_devices");
+        any = 1;
+        memset(&a, 0, sizeof(a));
+        grc = CALL(nvmlDeviceGetGpuInstanceId, m, &gi);
+        crc = CALL(nvmlDeviceGetComputeInstanceId, m, &ci);
+        arc = CALL(nvmlDeviceGetAttributes_v2, m, &a);
+        note_error(grc);
+        note_error(crc);
+        xml_open(3, "mig_device");
+        xml_uint(4, "index", NVML_SUCCESS, j, NULL);
+        xml_uint(4, "gpu_instance_id", grc, gi, NULL);
+        xml_uint(4, "compute_instance_id", crc, ci, NULL);
+        xml_open(4, "device_attributes");
+        xml_open(5, "shared");
+        xml_uint(6, "multiprocessor_count", arc, a.multiprocessorCount, NULL);
+        xml_uint(6, "copy_engine_count", arc, a.sharedCopyEngineCount, NULL);
+        xml_uint(6, "encoder_count", arc, a.sharedEncoderCount, NULL);
+        xml_uint(6, "decoder_count", arc, a.sharedDecoderCount, NULL);
+        xml_uint(6, "ofa_count", arc, a.sharedOfaCount, NULL);
+        xml_uint(6, "jpg_count", arc, a.sharedJpegCount, NULL);
+        xml_close(5, "shared");
+        xml_close(4, "device_attributes");
+        xml_open(4, "ecc_error_count");
+        xml_open(5, "volatile_count");
+        xml_text(6, "sram_uncorrectable", "0");
+        xml_close(5, "volatile_count");
+        xml_close(4, "ecc_error_count");
+        xml_memory(4, "fb_memory_usage", m);
+        xml_close(3, "mig_device");
+    }
+    if (any)
+        xml_close(2, "mig_devices");
+    else
+        printf("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n");
+}
+
+static void xml_gpu(unsigned i)
+{
+    struct gpu g;
+    nvmlPciInfo_t pci;
+    char serial[NVML_DEVICE_SERIAL_BUFFER_SIZE + 8], buf[64];
+    unsigned minor = 0, arch = 0, cur = 0, pend = 0;
+    nvmlReturn_t prc, rc, mrc;
+    get_gpu(i, &g);
+    if (g.hrc) {
+        handle_error(i, g.hrc);
+        return;
+    }
+    note_error(g.uuid_rc);
+    note_error(g.name_rc);
+    memset(&pci, 0, sizeof(pci));
+    prc = CALL(nvmlDeviceGetPciInfo_v3, g.h, &pci);
+    note_error(prc);
+    printf("\t<gpu id=\"%s\">\n", prc ? fail_text(prc) : pci.busId);
+    xml_text(2, "product_name", g.name);
+    xml_text(2, "product_brand", "NVIDIA");
+    rc = CALL(nvmlDeviceGetArchitecture, g.h, &arch);
+    xml_text(2, "product_architecture", rc ? fail_text(rc) : arch_name(arch));
+    xml_text(2, "display_mode", "Disabled");
+    xml_text(2, "display_active", "Disabled");
+    xml_text(2, "persistence_mode", "Enabled");
+    xml_text(2, "addressing_mode", "None");
+    mrc = CALL(nvmlDeviceGetMigMode, g.h, &cur, &pend);
+    if (mrc != NVML_ERROR_NOT_SUPPORTED)
+        note_error(mrc);
+    xml_open(2, "mig_mode");
+    xml_text(3, "current_mig", mrc ? fail_text(mrc) : mode_text(cur));
+    xml_text(3, "pending_mig", mrc ? fail_text(mrc) : mode_text(pend));
+    xml_close(2, "mig_mode");
+    xml_mig_devices(g.h, mrc ? NVML_DEVICE_MIG_DISABLE : cur);
+    xml_text(2, "accounting_mode", "Disabled");
+    xml_text(2, "accounting_mode_buffer_size", "4000");
+    xml_open(2, "driver_model");
+    xml_text(3, "current_dm", "N/A");
+    xml_text(3, "pending_dm", "N/A");
+    xml_close(2, "driver_model");
+    rc = CALL(nvmlDeviceGetSerial, g.h, serial, sizeof(serial));
+    xml_text(2, "serial", rc ? fail_text(rc) : serial);
+    xml_text(2, "uuid", g.uuid);
+    rc = CALL(nvmlDeviceGetMinorNumber, g.h, &minor);
+    note_error(rc == NVML_ERROR_NOT_SUPPORTED ? NVML_SUCCESS : rc);
+    xml_uint(2, "minor_number", rc, minor, NULL);
+    xml_text(2, "vbios_version", "96.00.99.00.01");
+    xml_text(2, "multigpu_board", "No");
+    snprintf(buf, sizeof(buf), "0x%x", pci.bus << 8);
+    xml_text(2, "board_id", buf);
+    xml_uint(2, "gpu_module_id", NVML_SUCCESS, i + 1, NULL);
+    xml_open(2, "pci");
+    snprintf(buf, sizeof(buf), "%02X", pci.bus);
+    xml_text(3, "pci_bus", prc ? fail_text(prc) : buf);
+    snprintf(buf, sizeof(buf), "%02X", pci.device);
+    xml_text(3, "pci_device", prc ? fail_text(prc) : buf);
+    snprintf(buf, sizeof(buf), "%04X", pci.domain);
+    xml_text(3, "pci_domain", prc ? fail_text(prc) : buf);
+    xml_text(3, "pci_base_class", "3");
+    xml_text(3, "pci_sub_class", "2");
+    snprintf(buf, sizeof(buf), "%08X", pci.pciDeviceId);
+    xml_text(3, "pci_device_id", prc ? fail_text(prc) : buf);
+    xml_text(3, "pci_bus_id", prc ? fail_text(prc) : pci.busId);
+    snprintf(buf, sizeof(buf), "%08X", pci.pciSubSystemId);
+    xml_text(3, "pci_sub_system_id", prc ? fail_text(prc) : buf);
+    xml_close(2, "pci");
+    xml_memory(2, "fb_memory_usage", g.h);
+    xml_text(2, "compute_mode", "Default");
+    xml_close(1, "gpu");
+}
+
+static int query_xml(void)
+{
+    char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], cuda[32], ts[64];
+    unsigned count = 0;
+    int cv = 0;
+    time_t now = time(NULL);
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCount_v2, &count);
+    if (rc) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    if ((rc = CALL(nvmlSystemGetDriverVersion, version, sizeof(version))))
+        snprintf(version, sizeof(version), "%s", fail_text(rc));
+    if ((rc = CALL(nvmlSystemGetCudaDriverVersion, &cv)))
+        snprintf(cuda, sizeof(cuda), "%s", fail_text(rc));
+    else
+        snprintf(cuda, sizeof(cuda), "%d.%d", cv / 1000, (cv % 1000) / 10);
+    strftime(ts, sizeof(ts), "%a %b %e %H:%M:%S %Y", localtime(&now));
+    printf("<?xml version=\"1.0\" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v12.dtd\">\n");
+    printf("<nvidia_smi_log>\n");
+    xml_text(1, "timestamp", ts);
+    xml_text(1, "driver_version", version);
+    xml_text(1, "cuda_version", cuda);
+    xml_uint(1, "attached_gpus", NVML_SUCCESS, count, NULL);
+    for (unsigned i = 0; i < count; i++)
+        xml_gpu(i);
+    printf("</nvidia_smi_log>\n");
+    return exit_code;
+}
+
+/* ------------------------------------------------------------------------- -q text */
+
+static int query_text(void)
+{
+    char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], cuda[32], ts[64];
+    unsigned count = 0;
+    int cv = 0;
+    time_t now = time(NULL);
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCount_v2, &count);
+    if (rc) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    if ((rc = CALL(nvmlSystemGetDriverVersion, version, sizeof(version))))
+        snprintf(version, sizeof(version), "%s", fail_text(rc));
+    if ((rc = CALL(nvmlSystemGetCudaDriverVersion, &cv)))
+        snprintf(cuda, sizeof(cuda), "%s", fail_text(rc));
+    else
+        snprintf(cuda, sizeof(cuda), "%d.%d", cv / 1000, (cv % 1000) / 10);
+    strftime(ts, sizeof(ts), "%a %b %e %H:%M:%S %Y", localtime(&now));
+    printf("\n==============NVSMI LOG==============\n\n");
+    printf("%-38s: %s\n%-38s: %s\n%-38s: %s\n\n%-38s: %u\n", "Timestamp", ts, "Driver Version", version,
+           "CUDA Version", cuda, "Attached GPUs", count);
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu g;
+        nvmlPciInfo_t pci;
+        unsigned minor = 0, cur = 0, pend = 0;
+        get_gpu(i, &g);
+        if (g.hrc) {
+            handle_error(i, g.hrc);
+            continue;
+        }
+        memset(&pci, 0, sizeof(pci));
+        rc = CALL(nvmlDeviceGetPciInfo_v3, g.h, &pci);
+        printf("GPU %s\n", rc ? fail_text(rc) : pci.busId);
+        printf("    %-34s: %s\n", "Product Name", g.name);
+        rc = CALL(nvmlDeviceGetMigMode, g.h, &cur, &pend);
+        printf("    MIG Mode\n        %-30s: %s\n        %-30s: %s\n", "Current",
+               rc ? fail_text(rc) : mode_text(cur), "Pending", rc ? fail_text(rc) : mode_text(pend));
+        printf("    %-34s: %s\n", "GPU UUID", g.uuid);
+        rc = CALL(nvmlDeviceGetMinorNumber, g.h, &minor);
+        if (rc)
+            printf("    %-34s: %s\n", "Minor Number", fail_text(rc));
+        else
+            printf("    %-34s: %u\n", "Minor Number", minor);
+        printf("\n");
+    }
+    return exit_code;
+}
+
+/* --------------------------------------------------------------------- summary table */
+
+static int summary(void)
+{
+    char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], cuda[32], ts[64];
+    unsigned count = 0;
+    int cv = 0;
+    time_t now = time(NULL);
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCount_v2, &count);
+    if (rc) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    if ((rc = CALL(nvmlSystemGetDriverVersion, version, sizeof(version))))
+        snprintf(version, sizeof(version), "%s", fail_text(rc));
+    if ((rc = CALL(nvmlSystemGetCudaDriverVersion, &cv)))
+        snprintf(cuda, sizeof(cuda), "%s", fail_text(rc));
+    else
+        snprintf(cuda, sizeof(cuda), "%d.%d", cv / 1000, (cv % 1000) / 10);
+    strftime(ts, sizeof(ts), "%a %b %e %H:%M:%S %Y", localtime(&now));
+    printf("%s\n", ts);
+    printf("+-----------------------------------------------------------------------------------------+\n");
+    printf("| NVIDIA-SMI %-23sDriver Version: %-15sCUDA Version: %-9s|\n", version, version, cuda);
+    printf("|-----------------------------------------+------------------------+----------------------+\n");
+    printf("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n");
+    printf("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n");
+    printf("|                                         |                        |               MIG M. |\n");
+    printf("|=========================================+========================+======================|\n");
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu g;
+        nvmlPciInfo_t pci;
+        nvmlMemory_v2_t mem;
+        unsigned cur = 0, pend = 0;
+        nvmlReturn_t mrc;
+        get_gpu(i, &g);
+        if (g.hrc) {
+            handle_error(i, g.hrc);
+            continue;
+        }
+        memset(&pci, 0, sizeof(pci));
+        memset(&mem, 0, sizeof(mem));
+        mem.version = nvmlMemory_v2;
+        rc = CALL(nvmlDeviceGetPciInfo_v3, g.h, &pci);
+        note_error(rc);
+        CALL(nvmlDeviceGetMemoryInfo_v2, g.h, &mem);
+        mrc = CALL(nvmlDeviceGetMigMode, g.h, &cur, &pend);
+        printf("| %3u  %-31.31sOn  |%19s Off |                    0 |\n", i, g.name,
+               rc ? "ERR!" : pci.busId);
+        printf("| N/A   35C    P0             70W /  700W |%8lluMiB / %6lluMiB |      0%%      Default |\n",
+               (mem.used + mem.reserved) >> 20, mem.total >> 20);
+        printf("|                                         |                        |%21s |\n",
+               mrc ? "N/A" : mode_text(cur));
+        printf("+-----------------------------------------+------------------------+----------------------+\n");
+    }
+    printf("\n+-----------------------------------------------------------------------------------------+\n");
+    printf("| Processes:                                                                              |\n");
+    printf("|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n");
+    printf("|        ID   ID                                                               Usage      |\n");
+    printf("|=========================================================================================|\n");
+    printf("|  No running processes found                                                             |\n");
+    printf("+-----------------------------------------------------------------------------------------+\n");
+    return exit_code;
+}
+
+static int version_info(void)
+{
+    char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A", nvml[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE] = "N/A";
+    int cv = 0;
+    CALL(nvmlSystemGetDriverVersion, version, sizeof(version));
+    CALL(nvmlSystemGetNVMLVersion, nvml, sizeof(nvml));
+    CALL(nvmlSystemGetCudaDriverVersion, &cv);
+    printf("NVIDIA-SMI version  : %s\n", version);
+    printf("NVML version        : %s\n", strchr(nvml, '.') ? strchr(nvml, '.') + 1 : nvml);
+    printf("DRIVER version      : %s\n", version);
+    printf("CUDA Version        : %d.%d\n", cv / 1000, (cv % 1000) / 10);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "NVIDIA System Management Interface -- kubegpu.fleet fake\n\n"
+               "    nvidia-smi [OPTION]\n\n"
+               "    -L,  --list-gpus      Display a list of GPUs connected to the system.\n"
+               "    -q,  --query          Display GPU or Unit info.\n"
+               "    -x,  --xml-format     Produce XML output (with -q).\n"
+               "         --version        Print version information.\n"
+               "    -h,  --help           Print usage information and exit.\n");
+}
+
+int main(int argc, char **argv)
+{
+    int list = 0, query = 0, xml = 0, version = 0, rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus"))
+            list = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--query"))
+            query = 1;
+        else if (!strcmp(a, "-x") || !strcmp(a, "--xml-format"))
+            xml = 1;
+        else if (!strcmp(a, "-qx") || !strcmp(a, "-xq"))
+            query = xml = 1;
+        else if (!strcmp(a, "--version"))
+            version = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n");
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+    }
+    if (xml && !query) {
+        fprintf(stderr, "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n");
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if ((rc = start()) != 0)
+        return exit_status(rc);
+    if (version)
+        rc = version_info();
+    else if (list)
+        rc = list_gpus();
+    else if (query)
+        rc = xml ? query_xml() : query_text();
+    else
+        rc = summary();
+    fflush(stdout);
+    CALL(nvmlShutdown);
+    return exit_status(rc);
+}
