@@ -1,0 +1,380 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: checkpoint_sync
+short_description: Detect and remove a stale kubelet device-manager checkpoint
+version_added: 0.1.0
+description:
+  - Reads the kubelet device-manager checkpoint (C(kubelet_internal_checkpoint)) and compares
+    the device ids it records for GPU resources with the GPU and MIG UUIDs the node has now.
+    Ids the node no longer has (a replaced GPU, a changed MIG layout, UUIDs that changed
+    across a reboot) make the checkpoint stale; kubelet then keeps handing out devices that
+    do not exist.
+  - Understands the pre-1.20 format (C(v1), C(DeviceIDs) is a list) and the per-NUMA-node
+    format of kubelet 1.20 and later (C(v2)), C(PodDeviceEntries) of C(null), an extra
+    C(BootID) key, time-slicing/MPS replica ids C(<uuid>::<n>) (compared on C(<uuid>)),
+    C(MIG-<uuid>) and the legacy C(MIG-GPU-<uuid>/<gi>/<ci>) MIG ids.
+  - Legacy C(MIG-GPU-<uuid>/<gi>/<ci>) ids are what drivers before R470 reported for MIG
+    devices; later drivers report C(MIG-<uuid>) and the two cannot be converted into each
+    other. A legacy id therefore counts as present only when O(device_ids) contains exactly
+    that id, and as stale otherwise.
+  - Ids that are not GPU or MIG UUIDs and are not in O(device_ids) (for example C(0), C(1)
+    from the device plugin's C(--device-id-strategy=index)) cannot be compared with a UUID
+    list. They are never counted as stale; the module warns about them.
+  - The file is never edited (its checksum is computed by kubelet over a Go-specific dump and
+    cannot be recomputed here). With O(state=synced) a stale checkpoint is copied to a
+    timestamped backup beside it (mode 0600, byte for byte), removed, and kubelet is
+    restarted so that it drops its in-memory device state and starts from an empty
+    checkpoint. The file is removed only if it still holds exactly the bytes that were
+    analysed.
+  - A missing checkpoint is not an error; there is nothing to do.
+  - Removing the checkpoint makes kubelet forget which devices running pods hold. Drain GPU
+    pods from the node first; the module warns when the checkpoint records allocations.
+  - For a check before kubelet starts at boot, see the P(kubegpu.fleet.checkpoint_guard#role)
+    role, which installs the same logic as a systemd oneshot.
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+options:
+  path:
+    description:
+      - Path of the checkpoint, C(<kubelet root-dir>/device-plugins/kubelet_internal_checkpoint).
+    type: path
+    default: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+  device_ids:
+    description:
+      - The GPU and MIG UUIDs the node has now (C(GPU-...), C(MIG-...)), typically
+        C(ansible_facts.nvidia.device_ids) from M(kubegpu.fleet.gpu_facts).
+      - It must be a trustworthy list. An empty list makes every id in the checkpoint stale,
+        so O(state=synced) refuses to act on it unless O(force=true).
+    type: list
+    elements: str
+    required: true
+  resource_names:
+    description:
+      - Glob patterns (shell style, case sensitive) of the extended resources to compare.
+        Resources that match none, such as C(amd.com/gpu), are ignored.
+    type: list
+    elements: str
+    default: ["nvidia.com/*"]
+  state:
+    description:
+      - V(checked) only reads and reports.
+      - V(synced) backs up and removes a stale checkpoint and restarts kubelet. A checkpoint
+        that is not stale is left alone.
+    type: str
+    choices: [checked, synced]
+    default: checked
+  restart_kubelet:
+    description:
+      - Restart O(kubelet_service) with C(systemctl) after removing the checkpoint.
+      - Without a restart a running kubelet keeps the stale device state in memory and writes
+        it back to a new checkpoint; disable only when kubelet is stopped.
+    type: bool
+    default: true
+  kubelet_service:
+    description:
+      - systemd unit name of kubelet.
+    type: str
+    default: kubelet
+  backup:
+    description:
+      - Copy the checkpoint to C(<path>.<timestamp>.<ns>.bak) (mode 0600) before removing it.
+    type: bool
+    default: true
+  force:
+    description:
+      - With O(state=synced), back up and remove a checkpoint that cannot be parsed (invalid
+        JSON, unexpected types) instead of failing, and act even when O(device_ids) is empty.
+      - Has no effect with O(state=checked), which always fails on an unparsable checkpoint.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the checkpoint would be removed and kubelet restarted; changes nothing.
+  diff_mode:
+    support: full
+    details: The diff shows a summary of the checkpoint going away (after is absent).
+  platform:
+    platforms: posix
+    support: full
+    details: Restarting kubelet needs systemd (C(systemctl)).
+notes:
+  - Malformed JSON or unexpected types fail the task with a message naming the file and the
+    problem; the file is left untouched unless O(force=true) and O(state=synced).
+seealso:
+  - module: kubegpu.fleet.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts (device_ids)
+  kubegpu.fleet.gpu_facts:
+
+- name: Report a stale device checkpoint
+  kubegpu.fleet.checkpoint_sync:
+    device_ids: "{{ ansible_facts.nvidia.device_ids }}"
+  register: ckpt
+
+- name: Remove it (after draining GPU pods) and restart kubelet
+  kubegpu.fleet.checkpoint_sync:
+    device_ids: "{{ ansible_facts.nvidia.device_ids }}"
+    state: synced
+  when: ckpt.stale
+
+- name: kubelet with a moved root-dir, and a private resource name as well
+  kubegpu.fleet.checkpoint_sync:
+    path: /data/kubelet/device-plugins/kubelet_internal_checkpoint
+    device_ids: "{{ ansible_facts.nvidia.device_ids }}"
+    resource_names: ["nvidia.com/*", "example.com/vgpu"]
+    state: synced
+
+- name: Get rid of a corrupt checkpoint (kubelet is stopped for maintenance)
+  kubegpu.fleet.checkpoint_sync:
+    device_ids: "{{ ansible_facts.nvidia.device_ids }}"
+    state: synced
+    force: true
+    restart_kubelet: false
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the checkpoint file existed.
+  returned: always
+  type: bool
+  sample: true
+format:
+  description:
+    - C(v1) (kubelet before 1.20, list DeviceIDs), C(v2) (per-NUMA-node map), C(unknown)
+      when the file records no pod entries and no C(BootID) to tell them apart.
+    - null when the file does not exist or cannot be parsed.
+  returned: always
+  type: str
+  sample: v2
+registered:
+  description: Devices registered per matching resource, as recorded in the checkpoint.
+  returned: always
+  type: dict
+  sample: {"nvidia.com/gpu": ["GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"]}
+allocated:
+  description: Device allocations of pod containers for matching resources.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pod_uid:
+      description: UID of the pod.
+      type: str
+    container:
+      description: Container name.
+      type: str
+    resource:
+      description: Extended resource name.
+      type: str
+    device_ids:
+      description: Allocated device ids (all NUMA nodes, in order).
+      type: list
+      elements: str
+  sample:
+    - pod_uid: 6f1c1c9e-3f5e-4c55-9a43-6c1f8a0e8f10
+      container: cuda
+      resource: nvidia.com/gpu
+      device_ids: ["GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"]
+stale_ids:
+  description: Ids in the checkpoint, for matching resources, that the node does not have.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU-0a3c2b21-6d0f-4d4b-b2b5-0f8e0f6c1d11"]
+stale:
+  description: Whether RV(stale_ids) is not empty.
+  returned: always
+  type: bool
+  sample: true
+backup_file:
+  description: Path of the backup made before removal; null when none was made.
+  returned: always
+  type: str
+  sample: /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint.20250101T000000.000000001.bak
+kubelet_restarted:
+  description: Whether kubelet was restarted (in check mode, whether it would be).
+  returned: always
+  type: bool
+  sample: true
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
+    DEFAULT_PATH,
+    CheckpointError,
+    MalformedCheckpoint,
+    analyze,
+    backup_and_remove,
+    describe,
+    parse_checkpoint,
+    read_checkpoint,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file
+
+_DIFF_RAW_LIMIT = 4096
+
+
+def _validate(module):
+    p = module.params
+    for i, dev in enumerate(p["device_ids"]):
+        if not dev.strip():
+            module.fail_json(msg="device_ids[%d] is empty; expected a GPU-/MIG- UUID" % i)
+    for i, pat in enumerate(p["resource_names"]):
+        if not pat.strip():
+            module.fail_json(msg="resource_names[%d] is empty; expected a glob such as "
+                                 "nvidia.com/*" % i)
+    svc = p["kubelet_service"]
+    if not svc or svc.startswith("-") or any(c.isspace() for c in svc):
+        module.fail_json(msg="kubelet_service %r is not a systemd unit name" % svc)
+    if not os.path.basename(p["path"]):
+        module.fail_json(msg="path %r names a directory, expected the checkpoint file"
+                             % p["path"])
+
+
+def _remove(module, result, data, before, reason):
+    """Back up and remove the checkpoint, then restart kubelet; exits the module."""
+    p = module.params
+    path = p["path"]
+    result["changed"] = True
+    if module._diff:
+        result["diff"] = {"before": before, "after": "",
+                          "before_header": path, "after_header": "%s (absent)" % path}
+    systemctl = None
+    if p["restart_kubelet"]:
+        # Locate systemctl before touching anything, so a node without it fails cleanly.
+        systemctl = module.get_bin_path("systemctl", required=True)
+    if module.check_mode:
+        result["kubelet_restarted"] = bool(p["restart_kubelet"])
+        result["msg"] = "would %sremove %s (%s)%s" % (
+            "back up and " if p["backup"] else "", path, reason,
+            " and restart %s" % p["kubelet_service"] if p["restart_kubelet"] else "")
+        module.exit_json(**result)
+    try:
+        result["backup_file"] = backup_and_remove(
+            path, data, backup_func=backup_file if p["backup"] else None)
+    except CheckpointError as e:
+        result["changed"] = False
+        result.pop("diff", None)
+        module.fail_json(msg="%s: %s" % (path, e), **result)
+    except (IOError, OSError) as e:
+        result["changed"] = False
+        result.pop("diff", None)
+        module.fail_json(msg="%s: cannot back up and remove: %s" % (path, e), **result)
+    done = "removed %s (%s)%s" % (path, reason, ", backup at %s" % result["backup_file"]
+                                  if result["backup_file"] else ", no backup")
+    if systemctl is None:
+        module.warn("%s; kubelet was not restarted: a running kubelet keeps the old device "
+                    "state in memory and writes it back" % done)
+        result["msg"] = done
+        module.exit_json(**result)
+    rc, out, err = module.run_command([systemctl, "restart", p["kubelet_service"]])
+    if rc != 0:
+        module.fail_json(msg="%s, but 'systemctl restart %s' failed (rc=%d): %s"
+                             % (done, p["kubelet_service"], rc,
+                                (err or out).strip() or "no output"),
+                         rc=rc, stdout=out, stderr=err, **result)
+    result["kubelet_restarted"] = True
+    result["msg"] = "%s; restarted %s" % (done, p["kubelet_service"])
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default=DEFAULT_PATH),
+            device_ids=dict(type="list", elements="str", required=True),
+            resource_names=dict(type="list", elements="str", default=["nvidia.com/*"]),
+            state=dict(type="str", choices=["checked", "synced"], default="checked"),
+            restart_kubelet=dict(type="bool", default=True),
+            kubelet_service=dict(type="str", default="kubelet"),
+            backup=dict(type="bool", default=True),
+            force=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    _validate(module)
+    p = module.params
+    path = p["path"]
+    result = dict(changed=False, exists=False, format=None, registered={}, allocated=[],
+                  stale_ids=[], stale=False, backup_file=None, kubelet_restarted=False)
+
+    data = None
+    problem = None
+    try:
+        data = read_checkpoint(path)
+    except MalformedCheckpoint as e:
+        problem = e
+        result["exists"] = True
+    except (IOError, OSError) as e:
+        module.fail_json(msg="%s: cannot read the checkpoint: %s" % (path, e), **result)
+    if data is None and problem is None:
+        result["msg"] = "%s does not exist; nothing to do" % path
+        module.exit_json(**result)
+    result["exists"] = True
+
+    parsed = None
+    if problem is None:
+        try:
+            parsed = parse_checkpoint(data)
+        except MalformedCheckpoint as e:
+            problem = e
+    if problem is not None:
+        if p["state"] == "synced" and p["force"] and data is not None:
+            module.warn("%s is not a usable device checkpoint (%s); force=true: removing it"
+                        % (path, problem))
+            raw = data[:_DIFF_RAW_LIMIT].decode("utf-8", "replace")
+            before = "# %s (unparsable: %s, %d bytes)\n%s%s\n" % (
+                path, problem, len(data), raw, "..." if len(data) > _DIFF_RAW_LIMIT else "")
+            _remove(module, result, data, before, "unparsable: %s" % problem)
+        module.fail_json(msg="%s: %s; the file was left untouched (state=synced with "
+                             "force=true backs it up and removes it)" % (path, problem),
+                         **result)
+
+    analysis = analyze(parsed, p["device_ids"], p["resource_names"])
+    result.update(format=parsed["format"], registered=analysis["registered"],
+                  allocated=analysis["allocated"], stale_ids=analysis["stale_ids"],
+                  stale=analysis["stale"])
+    if analysis["unverifiable_ids"]:
+        module.warn("%s: ids %s are not GPU/MIG UUIDs (device plugin with "
+                    "--device-id-strategy=index?) and are not in device_ids; they cannot be "
+                    "compared and are not counted as stale"
+                    % (path, ", ".join(analysis["unverifiable_ids"][:10])))
+    if not analysis["stale"]:
+        result["msg"] = "%s matches the node (%d device ids checked)" % (
+            path, analysis["checked_ids"])
+        module.exit_json(**result)
+    if p["state"] == "checked":
+        result["msg"] = "%s is stale: %s not on the node" % (path, ", ".join(
+            analysis["stale_ids"][:10]))
+        module.exit_json(**result)
+    if not p["device_ids"] and not p["force"]:
+        module.fail_json(msg="device_ids is empty: refusing to remove %s, every id in it would "
+                             "count as stale and a node that reports no GPUs usually has a "
+                             "broken driver; set force=true if the GPUs were really removed"
+                             % path, **result)
+    if analysis["allocated"]:
+        module.warn("%s records %d GPU allocations of pod containers; kubelet forgets them "
+                    "when the checkpoint is removed (drain GPU pods first)"
+                    % (path, len(analysis["allocated"])))
+    before = describe(path, parsed, analysis, size=len(data))
+    _remove(module, result, data, before,
+            "stale: %s" % ", ".join(analysis["stale_ids"][:10]))
+
+
+if __name__ == "__main__":
+    main()
