@@ -210,7 +210,23 @@ def _node(dev_path, rel, kind, expected_major, expected_minor, major_name, **ext
         entry["minor"] = os.minor(st.st_rdev)
         entry["ok"] = (expected_major is not None and entry["major"] == expected_major
                        and entry["minor"] == expected_minor)
+        entry["dev_char_link"] = dev_char_link_ok(dev_path, entry["major"], entry["minor"])
     return entry
+
+
+def dev_char_link_ok(dev_path, major, minor):
+    """True when ``<dev_path>/char/<major>:<minor>`` resolves to a char device with those numbers.
+
+    runc (systemd cgroup driver) resolves injected device rules through these links; without
+    them a ``systemctl daemon-reload`` drops NVIDIA devices from containers
+    (NVIDIA/nvidia-container-toolkit#48).
+    """
+    link = os.path.join(dev_path, "char", "%d:%d" % (major, minor))
+    try:
+        st = os.stat(link)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major and os.minor(st.st_rdev) == minor
 
 
 def device_nodes(dev_path, devices, gpus, mig_minors):

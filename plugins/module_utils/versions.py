@@ -154,3 +154,67 @@ def _pre_key(part):
     if m and m.group(2):
         return (1, m.group(1), int(m.group(2)))
     return (1, part, -1) if not part.isdigit() else (0, "", int(part))
+
+
+class DevicePluginVersion:
+    """NVIDIA k8s-device-plugin release order, which plain semver gets wrong.
+
+    The plugin's tags went ``v1.8``..``v1.12`` (versioned after Kubernetes), then
+    ``1.0.0-beta``..``1.0.0-beta6``, then restarted at ``v0.6.0``/``v0.7.x`` and up (``v0.17.0``,
+    ``v0.20.0``); its maintainers call v0.7.1 newer than 1.11 (NVIDIA/nvidia-docker#966), so
+    semver would rank the current releases below 1.0.0-beta5. Eras, oldest first:
+    0 = ``v1.8``-``v1.12``, 1 = ``1.0.0-betaN``, 2 = ``v0.x.y``, 3 = a final ``1.0.0`` or later.
+    """
+
+    __slots__ = ("text", "era", "parts")
+
+    _K8S_ERA = re.compile(r"^v?1\.(\d+)$")
+    _BETA = re.compile(r"^v?1\.0\.0-beta(\d*)$")
+
+    def __init__(self, text):
+        if not isinstance(text, str):
+            raise ValueError("device plugin version must be a string, got %r" % (text,))
+        t = text.strip()
+        m = self._K8S_ERA.match(t)
+        if m:
+            self.text, self.era, self.parts = t, 0, (int(m.group(1)),)
+            return
+        m = self._BETA.match(t)
+        if m:
+            self.text, self.era, self.parts = t, 1, (int(m.group(1) or 0),)
+            return
+        sv = SemVer(t)  # raises ValueError naming the value
+        self.text = t
+        self.era = 2 if sv.core[0] == 0 else 3
+        self.parts = sv.key()
+
+    def key(self):
+        return (self.era, self.parts)
+
+    def passes_device_specs(self):
+        """Whether this release has --pass-device-specs (added in 1.0.0-beta5, commit ea604b28)."""
+        return self.era >= 2 or (self.era == 1 and self.parts[0] >= 5)
+
+    def __lt__(self, other):
+        return self.key() < other.key()
+
+    def __le__(self, other):
+        return self.key() <= other.key()
+
+    def __gt__(self, other):
+        return self.key() > other.key()
+
+    def __ge__(self, other):
+        return self.key() >= other.key()
+
+    def __eq__(self, other):
+        return isinstance(other, DevicePluginVersion) and self.key() == other.key()
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self):
+        return "DevicePluginVersion(%r)" % self.text

@@ -285,6 +285,8 @@ ansible_facts:
               C(nvidia-caps/nvidia-cap<N>) nodes of each MIG device (from C(mig-minors)).
             - Each with C(name), C(path), C(kind), C(exists), C(char_device), C(major), C(minor), C(expected_major),
               C(expected_minor), C(major_name) and C(ok) (exists and matches the driver's numbers).
+            - Existing char devices also carry C(dev_char_link), true when C(<dev_path>/char/<major>:<minor>)
+              resolves to the node (runc needs these links with the systemd cgroup driver).
           type: list
           elements: dict
         kernel_modules:

@@ -621,3 +621,23 @@ def test_nvidia_smi_unknown_error_exit_status(node):
     assert proc.stdout.startswith(b"Failed to initialize NVML: Unknown Error")
     f = node.facts(backend="nvidia_smi")
     assert f["probe"]["status"] == "error" and f["probe"]["error_code"] == "NVML_ERROR_UNKNOWN"
+
+
+def test_dev_char_links_checked_against_real_nodes(tmp_path):
+    """/dev/char/<major>:<minor> links: present and right, dangling, or missing."""
+    import os
+    import stat as st_mod
+
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import dev_char_link_ok
+
+    dev = tmp_path / "dev"
+    (dev / "char").mkdir(parents=True)
+    os.mknod(str(dev / "nvidiactl"), st_mod.S_IFCHR | 0o666, os.makedev(195, 255))
+    os.mknod(str(dev / "nvidia0"), st_mod.S_IFCHR | 0o666, os.makedev(195, 0))
+    os.symlink("../nvidiactl", str(dev / "char" / "195:255"))
+    os.symlink("../nvidia9", str(dev / "char" / "195:9"))  # dangling
+    os.symlink("../nvidiactl", str(dev / "char" / "195:1"))  # points at the wrong device
+    assert dev_char_link_ok(str(dev), 195, 255) is True
+    assert dev_char_link_ok(str(dev), 195, 0) is False
+    assert dev_char_link_ok(str(dev), 195, 9) is False
+    assert dev_char_link_ok(str(dev), 195, 1) is False

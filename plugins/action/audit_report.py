@@ -1,0 +1,97 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller-side: aggregate every host's audit into the fleet report and write it."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
+
+FORMATS = {
+    "json": ("kubegpu-audit.json", rep.render_json),
+    "html": ("kubegpu-audit.html", rep.render_html),
+    "markdown": ("kubegpu-audit.md", rep.render_markdown),
+    "prometheus": ("kubegpu_audit.prom", rep.render_prometheus),
+}
+
+
+def _write(path, text):
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _requires_connection = False
+
+    ARGSPEC = {
+        "hosts": {"type": "list", "elements": "str", "required": True},
+        "dest": {"type": "path", "required": True},
+        "formats": {"type": "list", "elements": "str", "default": list(FORMATS),
+                    "choices": list(FORMATS)},
+        "fail_on": {"type": "str", "default": "critical",
+                    "choices": ["critical", "warning", "info", "never"]},
+        "cluster_findings": {"type": "list", "elements": "dict", "default": []},
+        "collection_version": {"type": "str"},
+        "run": {"type": "dict", "default": {}},
+    }
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
+        hostvars = (task_vars or {}).get("hostvars", {})
+        nodes = []
+        for host in args["hosts"]:
+            hv = hostvars.get(host, {})
+            audit = hv.get("kubegpu_audit")
+            name = hv.get("kubegpu_node_name") or host
+            if isinstance(audit, dict) and audit.get("status") == "audited":
+                nodes.append({"name": audit.get("node") or name, "status": "audited",
+                              "findings": audit.get("findings") or []})
+            elif isinstance(audit, dict) and audit.get("status") in ("unreachable", "failed"):
+                nodes.append({"name": audit.get("node") or name, "status": audit["status"],
+                              "error": audit.get("error"), "findings": []})
+            else:
+                nodes.append({"name": name, "status": "failed", "findings": [],
+                              "error": "the audit did not finish on this host (failed before evaluation)"})
+        try:
+            report = rep.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],
+                                      collection_version=args["collection_version"], run=args["run"])
+        except rep.ReportError as e:
+            result.update(failed=True, msg="cannot build the audit report: %s" % e)
+            return result
+        dest = args["dest"]
+        try:
+            os.makedirs(dest, exist_ok=True)
+            files = {}
+            for fmt in args["formats"]:
+                filename, render = FORMATS[fmt]
+                path = os.path.join(dest, filename)
+                _write(path, render(report))
+                files[fmt] = path
+        except OSError as e:
+            result.update(failed=True, msg="cannot write the audit report to %s: %s" % (dest, e))
+            return result
+        failing = rep.failing_findings(report, args["fail_on"])
+        # Reports are controller-side artifacts, written in check mode too; the task never
+        # reports a change so the audit stays idempotent.
+        result.update(changed=False, files=files, summary=report["summary"],
+                      failing=[{"node": f["node"], "id": f["id"], "severity": f["severity"]} for f in failing],
+                      report=report)
+        return result

@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# This module is implemented as an action plugin and runs on the controller.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: audit_evaluate
+short_description: Turn one GPU node's gathered facts into audit findings
+version_added: 0.1.0
+description:
+  - Evaluates the results of M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
+    M(kubegpu.fleet.driver_guard), M(kubegpu.fleet.checkpoint_sync) and
+    M(kubegpu.fleet.cgroup_devices) for one node, plus the node's API view from
+    M(kubegpu.fleet.audit_cluster), into findings with a stable id, severity, evidence,
+    remediation and references.
+  - Runs on the controller only (no connection, no round trip to the node).
+  - Sets the fact C(kubegpu_audit) that M(kubegpu.fleet.audit_report) aggregates.
+options:
+  node:
+    description: Kubernetes node name of the host.
+    type: str
+    required: true
+  nvidia:
+    description: C(ansible_facts.nvidia) from M(kubegpu.fleet.gpu_facts).
+    type: dict
+    default: {}
+  kubelet:
+    description: C(ansible_facts.kubelet) from M(kubegpu.fleet.kubelet_facts).
+    type: dict
+    default: {}
+  driver_guard:
+    description: Registered result of M(kubegpu.fleet.driver_guard).
+    type: dict
+    default: {}
+  checkpoint:
+    description: Registered result of M(kubegpu.fleet.checkpoint_sync) in state C(checked).
+    type: dict
+    default: {}
+  cgroups:
+    description: Registered result of M(kubegpu.fleet.cgroup_devices).
+    type: dict
+    default: {}
+  api:
+    description: This node's entry of the view from M(kubegpu.fleet.audit_cluster).
+    type: dict
+    default: {}
+  errors:
+    description: Probe name to error message for probes that could not run.
+    type: dict
+    default: {}
+  pending_threshold:
+    description: Seconds a pod bound to the node may stay Pending without kubelet events before
+      the node counts as no longer admitting pods.
+    type: int
+    default: 300
+  memory_min_fraction:
+    description: Fraction of the GKE-ladder recommendation below which the kubelet memory
+      reservation is reported as too small.
+    type: float
+    default: 0.8
+  skip:
+    description: Finding ids not to report.
+    type: list
+    elements: str
+    default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+    details: Runs on the controller.
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+"""
+
+EXAMPLES = r"""
+- name: Evaluate findings
+  kubegpu.fleet.audit_evaluate:
+    node: "{{ kubegpu_node_name }}"
+    nvidia: "{{ ansible_facts.nvidia }}"
+    kubelet: "{{ ansible_facts.kubelet }}"
+    driver_guard: "{{ guard }}"
+"""
+
+RETURN = r"""
+findings:
+  description: Findings for the node (id, severity, title, evidence, remediation, references).
+  returned: always
+  type: list
+  elements: dict
+ansible_facts:
+  description: C(kubegpu_audit) with C(node), C(status) and C(findings).
+  returned: always
+  type: dict
+"""

@@ -1,0 +1,95 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# This module is implemented as an action plugin and runs on the controller.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: audit_report
+short_description: Write the GPU fleet audit report (JSON, HTML, Markdown, Prometheus)
+version_added: 0.1.0
+description:
+  - Aggregates the C(kubegpu_audit) fact of every host named in O(hosts) into one report
+    (schema C(kubegpu.fleet/audit-report) version 1, see C(docs/audit-report.schema.json)) and
+    writes it atomically on the controller.
+  - Hosts without a finished audit are listed as C(unreachable) or C(failed), never dropped.
+  - Reports are written in check mode as well (they are controller-side output, nodes are
+    untouched) and the task never reports a change.
+options:
+  hosts:
+    description: Inventory hostnames that were audited.
+    type: list
+    elements: str
+    required: true
+  dest:
+    description: Directory on the controller for the report files.
+    type: path
+    required: true
+  formats:
+    description:
+      - Which files to write. C(json) = C(kubegpu-audit.json), C(html) = C(kubegpu-audit.html),
+        C(markdown) = C(kubegpu-audit.md), C(prometheus) = C(kubegpu_audit.prom) (node_exporter
+        textfile collector format).
+    type: list
+    elements: str
+    choices: [json, html, markdown, prometheus]
+    default: [json, html, markdown, prometheus]
+  fail_on:
+    description: Severity at or above which findings are returned in RV(failing).
+    type: str
+    choices: [critical, warning, info, never]
+    default: critical
+  cluster_findings:
+    description: Findings from M(kubegpu.fleet.audit_cluster).
+    type: list
+    elements: dict
+    default: []
+  collection_version:
+    description: Recorded in the report.
+    type: str
+  run:
+    description: Free-form run metadata recorded in the report (playbook, job id).
+    type: dict
+    default: {}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Writes the report in check mode too; nothing on the nodes changes.
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+    details: Runs on the controller.
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  kubegpu.fleet.audit_report:
+    hosts: "{{ query('ansible.builtin.inventory_hostnames', 'gpu_nodes') }}"
+    dest: /var/lib/kubegpu/audit
+"""
+
+RETURN = r"""
+files:
+  description: Format to written path.
+  returned: success
+  type: dict
+summary:
+  description: The report's summary section.
+  returned: success
+  type: dict
+failing:
+  description: Findings at or above O(fail_on) (node, id, severity).
+  returned: success
+  type: list
+  elements: dict
+report:
+  description: The whole report document.
+  returned: success
+  type: dict
+"""

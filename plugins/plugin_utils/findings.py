@@ -1,0 +1,331 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Audit rules: node facts in, findings out (controller side, pure functions).
+
+Each rule reads the results of the node modules (gpu_facts, kubelet_facts, driver_guard,
+checkpoint_sync, cgroup_devices) and the node's view from the Kubernetes API, and returns
+findings with a stable id, a severity, the evidence that triggered it, the remediation (role
+and variables) and references. ``FINDINGS`` is the registry: ids never change meaning.
+"""
+from __future__ import annotations
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
+
+GH = "https://github.com/"
+REF_R570 = [GH + "NVIDIA/gpu-operator/issues/1361", GH + "NVIDIA/go-nvml/issues/152"]
+REF_ALLOC = [GH + "kubernetes/kubernetes/issues/130855", GH + "kubernetes/kubernetes/issues/129249"]
+REF_CPUMGR = [GH + "kubernetes/kubernetes/issues/77073", GH + "NVIDIA/nvidia-docker/issues/966",
+              GH + "NVIDIA/k8s-device-plugin/commit/ea604b28"]
+REF_DEVCHAR = [GH + "NVIDIA/nvidia-container-toolkit/issues/48", GH + "opencontainers/runc/issues/3567"]
+REF_UVM = [GH + "NVIDIA/k8s-device-plugin/blob/main/internal/plugin/server.go", GH + "moby/moby/issues/15270"]
+REF_CKPT = ["https://github.com/kubernetes/kubernetes/tree/master/pkg/kubelet/cm/devicemanager/checkpoint"]
+REF_MEM = ["https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/",
+           "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes"]
+
+# Registry: id -> (severity, title). Severity can be raised per instance, never lowered below.
+FINDINGS = {
+    "driver.known_bad": ("critical", "Known-bad NVIDIA driver for this node's conditions"),
+    "driver.at_risk": ("warning", "NVIDIA driver affected by a known bug whose trigger is absent today"),
+    "driver.version_mismatch": ("critical", "NVIDIA userspace and kernel module versions differ (reboot pending)"),
+    "driver.compute_utils": ("warning", "nvidia-compute-utils missing or at another version than the driver"),
+    "nvml.hung": ("critical", "NVML does not answer (nvmlInit hung)"),
+    "nvml.error": ("critical", "NVML fails on this node"),
+    "kubelet.admission_blocked": ("critical", "Kubelet stopped admitting pods (device plugin Allocate hung)"),
+    "cpumanager.device_specs": ("critical", "Static CPU manager with a device plugin that does not pass device specs"),
+    "devchar.symlinks_missing": ("warning", "/dev/char symlinks for NVIDIA devices missing (systemd cgroup driver)"),
+    "uvm.node_missing": ("critical", "/dev/nvidia-uvm missing or nvidia_uvm not loaded on the node"),
+    "cgroup.devices_missing": ("critical", "GPU containers lost NVIDIA devices from their device cgroup"),
+    "cgroup.uvm_tools_missing": ("info", "GPU containers cannot open /dev/nvidia-uvm-tools"),
+    "checkpoint.stale": ("critical", "Kubelet device checkpoint names GPUs the node no longer has"),
+    "kubelet.memory_reservation": ("warning", "Kubelet memory reservation missing or too small for the node"),
+    "kubelet.eviction_hard_partial": ("warning", "evictionHard partially set: unset defaults are zeroed"),
+    "node.not_ready": ("critical", "Node is NotReady in the Kubernetes API"),
+    "cluster.device_plugin_outdated": ("critical", "NVIDIA device plugin older than 1.0.0-beta5"),
+    "audit.module_failed": ("warning", "An audit probe could not run on this node"),
+}
+
+MIN_PLUGIN_FOR_DEVICE_SPECS = DevicePluginVersion("1.0.0-beta5")
+
+
+def finding(fid, evidence, remediation=None, references=None, severity=None, title=None):
+    sev, default_title = FINDINGS[fid]
+    return {"id": fid, "severity": severity or sev, "title": title or default_title,
+            "evidence": evidence, "remediation": remediation or {}, "references": list(references or [])}
+
+
+def _g(d, *path, **kw):
+    """Nested get that tolerates missing keys and non-dicts."""
+    default = kw.get("default")
+    cur = d
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return default
+        cur = cur[p]
+    return cur
+
+
+def _truthy_env(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def plugin_version(image):
+    """``nvcr.io/nvidia/k8s-device-plugin:v0.17.0`` -> DevicePluginVersion or None (digest, latest)."""
+    if not isinstance(image, str) or ":" not in image.rsplit("/", 1)[-1]:
+        return None
+    tag = image.rsplit(":", 1)[1].split("@", 1)[0]
+    try:
+        return DevicePluginVersion(tag)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules. Each takes the node context ``ctx`` and returns a list of findings.
+
+
+def rule_driver(ctx):
+    dg = ctx.get("driver_guard") or {}
+    out = []
+    verdict = dg.get("verdict")
+    if verdict in ("known_bad", "at_risk"):
+        fid = "driver.known_bad" if verdict == "known_bad" else "driver.at_risk"
+        rec = dg.get("recommended_version")
+        rec_version = rec.get("version") if isinstance(rec, dict) else rec
+        matches = dg.get("matches") or []
+        refs = []
+        for m in matches:
+            refs.extend(m.get("references") or [])
+        out.append(finding(fid, {
+            "driver_version": dg.get("driver_version") or _g(ctx, "nvidia", "driver_version"),
+            "branch": dg.get("branch"),
+            "matches": [m.get("id") for m in matches],
+            "mig_mixed": _g(ctx, "nvidia", "mig_mixed"),
+            "recommended_version": rec,
+        }, remediation={
+            "summary": "upgrade the driver within its branch to %s with nvidia-compute-utils at the same "
+                       "version, reboot, restart kubelet" % (rec_version or "the first fixed release"),
+            "role": "kubegpu.fleet.driver",
+            "vars": {"kubegpu_driver_version": rec_version} if rec_version else {},
+        }, references=refs or REF_R570))
+    if dg.get("reboot_pending"):
+        out.append(finding("driver.version_mismatch", {
+            "installed_version": dg.get("driver_version") or _g(ctx, "nvidia", "driver_version"),
+            "kernel_module_version": dg.get("kernel_module_version")
+            or _g(ctx, "nvidia", "kernel_module_version"),
+            "nvml_error": _g(ctx, "nvidia", "probe", "error"),
+        }, remediation={"summary": "reboot the node through the rolling rollout",
+                        "role": "kubegpu.fleet.rolling_reboot", "vars": {"kubegpu_reboot": "needed"}}))
+    cu = dg.get("compute_utils") or {}
+    if cu.get("checked") and (not cu.get("installed") or cu.get("matches_driver") is False):
+        out.append(finding("driver.compute_utils", {
+            "package": cu.get("package"), "installed": cu.get("installed"),
+            "installed_version": cu.get("version"), "driver_version": dg.get("driver_version"),
+            "reason": cu.get("reason"),
+        }, remediation={"summary": "install %s at the driver's version (provides nvidia-cuda-mps-control)"
+                        % (cu.get("package") or "nvidia-compute-utils-<branch>"),
+                        "role": "kubegpu.fleet.driver",
+                        "vars": {"kubegpu_driver_version": dg.get("driver_version")}},
+            references=["https://github.com/NVIDIA/gpu-operator/issues/1361"]))
+    return out
+
+
+def rule_nvml(ctx):
+    nv = ctx.get("nvidia") or {}
+    probe = nv.get("probe") or {}
+    status = probe.get("status")
+    if status == "hung":
+        return [finding("nvml.hung", {"backend": probe.get("backend"), "elapsed": probe.get("elapsed"),
+                                      "timeout": probe.get("timeout"), "driver_version": nv.get("driver_version")
+                                      or nv.get("kernel_module_version")},
+                        remediation={"summary": "upgrade a known-bad driver (kubegpu.fleet.driver) and reboot; "
+                                                "restart kubelet afterwards",
+                                     "role": "kubegpu.fleet.driver"}, references=REF_R570)]
+    if status == "error":
+        err = probe.get("error") or ""
+        if "RM_VERSION_MISMATCH" in str(err) and (ctx.get("driver_guard") or {}).get("reboot_pending"):
+            return []  # reported once, as driver.version_mismatch
+        return [finding("nvml.error", {"error": err, "backend": probe.get("backend")},
+                        remediation={"summary": "inspect the driver on the node; reboot if the kernel module "
+                                                "and userspace differ", "role": "kubegpu.fleet.rolling_reboot"})]
+    return []
+
+
+def rule_admission(ctx, pending_threshold_s):
+    api = ctx.get("api") or {}
+    stuck = [p for p in api.get("pending_pods") or []
+             if (p.get("pending_seconds") or 0) >= pending_threshold_s and not p.get("kubelet_events")]
+    log_hits = _g(ctx, "kubelet_log", "unanswered_allocations") or []
+    if not stuck and not log_hits:
+        return []
+    return [finding("kubelet.admission_blocked", {
+        "pending_pods": ["%s/%s" % (p.get("namespace"), p.get("name")) for p in stuck],
+        "oldest_pending_seconds": max([p.get("pending_seconds") or 0 for p in stuck] or [0]),
+        "threshold_seconds": pending_threshold_s,
+        "kubelet_log_unanswered_allocations": log_hits,
+    }, remediation={"summary": "fix the hung device plugin (known-bad driver upgrade), then restart kubelet",
+                    "role": "kubegpu.fleet.kubelet", "vars": {"kubegpu_kubelet_restart": True}},
+        references=REF_ALLOC + REF_R570)]
+
+
+def rule_cpumanager(ctx):
+    kl = ctx.get("kubelet") or {}
+    dp = _g(ctx, "api", "device_plugin") or {}
+    out = []
+    if kl.get("cpu_manager_policy") == "static" and dp:
+        version = plugin_version(dp.get("image"))
+        pass_specs = _truthy_env(dp.get("pass_device_specs"))
+        too_old = version is not None and version < MIN_PLUGIN_FOR_DEVICE_SPECS
+        if too_old or not pass_specs:
+            out.append(finding("cpumanager.device_specs", {
+                "cpu_manager_policy": "static", "device_plugin_image": dp.get("image"),
+                "device_plugin_version": version.text if version else None,
+                "PASS_DEVICE_SPECS": dp.get("pass_device_specs"), "plugin_older_than_1.0.0-beta5": too_old,
+                "daemonset": dp.get("daemonset"),
+            }, remediation={"summary": "set PASS_DEVICE_SPECS=true on the device plugin DaemonSet (and upgrade it "
+                                       "to >= 1.0.0-beta5), then restart its pod on this node",
+                            "role": "kubegpu.fleet.device_plugin",
+                            "vars": {"kubegpu_device_plugin_pass_device_specs": True}},
+                references=REF_CPUMGR))
+    nv = ctx.get("nvidia") or {}
+    if kl.get("cgroup_driver") == "systemd" and nv.get("present"):
+        missing = [n.get("path") for n in nv.get("device_nodes") or []
+                   if n.get("exists") and n.get("dev_char_link") is not None and not n.get("dev_char_link")]
+        if missing:
+            out.append(finding("devchar.symlinks_missing", {"cgroup_driver": "systemd", "devices": missing},
+                               remediation={"summary": "nvidia-ctk system create-dev-char-symlinks --create-all "
+                                                       "at boot plus the udev rule",
+                                            "role": "kubegpu.fleet.device_plugin"},
+                               references=REF_DEVCHAR))
+    return out
+
+
+def rule_uvm(ctx):
+    nv = ctx.get("nvidia") or {}
+    if not nv.get("present"):
+        return []
+    nodes = dict((n.get("name"), n) for n in nv.get("device_nodes") or [] if isinstance(n, dict))
+    uvm = nodes.get("nvidia-uvm") or {}
+    loaded = _g(nv, "kernel_modules", "nvidia_uvm")
+    if isinstance(loaded, dict):
+        loaded = loaded.get("loaded")
+    if uvm.get("exists") and loaded is not False:
+        return []
+    return [finding("uvm.node_missing", {"dev_nvidia_uvm_exists": bool(uvm.get("exists")),
+                                         "nvidia_uvm_loaded": loaded},
+                    remediation={"summary": "load nvidia_uvm and create control device nodes at boot before "
+                                            "kubelet (nvidia-modprobe -u -c=0), restart the device plugin pod",
+                                 "role": "kubegpu.fleet.device_plugin"}, references=REF_UVM)]
+
+
+def rule_cgroups(ctx):
+    cg = ctx.get("cgroups") or {}
+    pods = dict((p.get("uid"), p) for p in _g(ctx, "api", "pods", default=[]) or [] if isinstance(p, dict))
+    broken, tools = [], []
+    for c in cg.get("containers") or []:
+        if not c.get("gpu"):
+            continue
+        pod = pods.get(c.get("pod_uid")) or {}
+        label = "%s/%s" % (pod.get("namespace"), pod.get("name")) if pod else c.get("pod_uid")
+        missing = c.get("missing") or []
+        required_missing = [m.get("name") for m in missing if m.get("required")]
+        if required_missing:
+            broken.append({"pod": label, "container_id": c.get("container_id"), "missing": required_missing})
+        elif missing:
+            tools.append({"pod": label, "container_id": c.get("container_id")})
+    out = []
+    if broken:
+        uvm_only = all(b["missing"] == ["nvidia-uvm"] for b in broken)
+        out.append(finding("cgroup.devices_missing", {"containers": broken, "count": len(broken)},
+                           remediation={"summary": ("restart the device plugin pod after nvidia_uvm is loaded, then "
+                                                    "recreate the affected GPU pods") if uvm_only else
+                                        ("set PASS_DEVICE_SPECS=true on the device plugin and recreate the "
+                                         "affected GPU pods"),
+                                        "role": "kubegpu.fleet.device_plugin",
+                                        "vars": {"kubegpu_device_plugin_recreate_broken_pods": True}},
+                           references=REF_UVM if uvm_only else REF_CPUMGR))
+    if tools:
+        out.append(finding("cgroup.uvm_tools_missing", {"containers": tools},
+                           remediation={"summary": "usually harmless (profilers need it); restart the device "
+                                                   "plugin pod", "role": "kubegpu.fleet.device_plugin"}))
+    return out
+
+
+def rule_checkpoint(ctx):
+    ck = ctx.get("checkpoint") or {}
+    if not ck.get("stale"):
+        return []
+    return [finding("checkpoint.stale", {"path": ck.get("path"), "stale_ids": ck.get("stale_ids"),
+                                         "format": ck.get("format")},
+                    remediation={"summary": "drain, back up and remove the checkpoint, restart kubelet",
+                                 "role": "kubegpu.fleet.kubelet",
+                                 "vars": {"kubegpu_kubelet_sync_checkpoint": True}}, references=REF_CKPT)]
+
+
+def rule_memory(ctx, min_fraction):
+    kl = ctx.get("kubelet") or {}
+    mem = kl.get("memory") or {}
+    if not kl or not mem or kl.get("config_error"):
+        return []  # nothing trustworthy to compare (no kubelet config read)
+    out = []
+    reserved = mem.get("reserved_total_bytes") or 0
+    recommended = mem.get("recommended_reserved_bytes")
+    if recommended and reserved < recommended * min_fraction:
+        out.append(finding("kubelet.memory_reservation", {
+            "node_memory_bytes": kl.get("node_memory_bytes"), "reserved_bytes": reserved,
+            "recommended_reserved_bytes": recommended, "rule": "GKE ladder",
+        }, remediation={"summary": "set systemReserved/kubeReserved memory from the GKE ladder and a complete "
+                                   "evictionHard", "role": "kubegpu.fleet.kubelet"}, references=REF_MEM))
+    if mem.get("eviction_hard_partial"):
+        out.append(finding("kubelet.eviction_hard_partial", {"eviction_hard": mem.get("eviction_hard")},
+                           remediation={"summary": "write evictionHard completely", "role": "kubegpu.fleet.kubelet"},
+                           references=REF_MEM))
+    return out
+
+
+def rule_api_node(ctx):
+    api = ctx.get("api") or {}
+    if api.get("ready") is False:
+        return [finding("node.not_ready", {"conditions": api.get("conditions")},
+                        remediation={"summary": "investigate kubelet on the node"})]
+    return []
+
+
+def rule_module_failures(ctx):
+    out = []
+    for name, err in sorted((ctx.get("errors") or {}).items()):
+        out.append(finding("audit.module_failed", {"probe": name, "error": err},
+                           title="Audit probe %s could not run" % name))
+    return out
+
+
+def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()):
+    """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
+    cgroups, api, kubelet_log, errors (probe name -> message)."""
+    out = []
+    out += rule_driver(ctx)
+    out += rule_nvml(ctx)
+    out += rule_admission(ctx, pending_threshold_s)
+    out += rule_cpumanager(ctx)
+    out += rule_uvm(ctx)
+    out += rule_cgroups(ctx)
+    out += rule_checkpoint(ctx)
+    out += rule_memory(ctx, memory_min_fraction)
+    out += rule_api_node(ctx)
+    out += rule_module_failures(ctx)
+    return [f for f in out if f["id"] not in skip]
+
+
+def evaluate_cluster(daemonsets):
+    """Cluster-wide findings from the device plugin DaemonSets (list of summaries)."""
+    out = []
+    for ds in daemonsets or []:
+        v = plugin_version(ds.get("image"))
+        if v is not None and v < MIN_PLUGIN_FOR_DEVICE_SPECS:
+            f = finding("cluster.device_plugin_outdated", {"daemonset": ds.get("name"), "namespace": ds.get("namespace"),
+                                                           "image": ds.get("image")},
+                        remediation={"summary": "upgrade the device plugin", "role": "kubegpu.fleet.device_plugin"},
+                        references=REF_CPUMGR)
+            f["node"] = None
+            out.append(f)
+    return out

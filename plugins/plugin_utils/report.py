@@ -1,0 +1,374 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Fleet audit report: aggregation and renderers (controller side).
+
+Pure functions: ``build_report`` turns per-node audit results into the versioned report
+document (schema in ``docs/audit-report.schema.json``); ``render_html``, ``render_markdown``
+and ``render_prometheus`` render that document. Nothing here touches the network or nodes.
+"""
+from __future__ import annotations
+
+import datetime
+import html
+import json
+
+SCHEMA_ID = "kubegpu.fleet/audit-report"
+SCHEMA_VERSION = 1
+
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
+NODE_STATUSES = ("audited", "unreachable", "failed")
+
+
+class ReportError(ValueError):
+    """Raised for malformed audit input; the message names the offending value."""
+
+
+def severity_rank(severity):
+    try:
+        return SEVERITY_RANK[severity]
+    except (KeyError, TypeError):
+        raise ReportError("unknown severity %r (expected one of %s)" % (severity, ", ".join(SEVERITIES)))
+
+
+def _check_finding(finding, node):
+    if not isinstance(finding, dict):
+        raise ReportError("finding on node %r is not a mapping: %r" % (node, finding))
+    for key in ("id", "severity", "title"):
+        if not isinstance(finding.get(key), str) or not finding.get(key):
+            raise ReportError("finding on node %r lacks a string %r: %r" % (node, key, finding))
+    severity_rank(finding["severity"])
+    out = {
+        "id": finding["id"],
+        "severity": finding["severity"],
+        "title": finding["title"],
+        "node": node,
+        "evidence": finding.get("evidence") or {},
+        "remediation": finding.get("remediation") or {},
+        "references": list(finding.get("references") or []),
+    }
+    return out
+
+
+def build_report(nodes, cluster_findings=None, generated_at=None, collection_version=None,
+                 fail_on="critical", run=None):
+    """Aggregate per-node results into the report document.
+
+    ``nodes`` is a list of ``{"name", "status", "error"?, "findings": [...]}`` where status is
+    audited | unreachable | failed. Unreachable and failed nodes are listed, never dropped.
+    ``cluster_findings`` are findings about the cluster as a whole (node ``None``) or about a
+    named node seen from the API (they carry ``node``).
+    """
+    if fail_on not in SEVERITY_RANK and fail_on not in ("never", "none"):
+        raise ReportError("fail_on must be one of critical, warning, info, never; got %r" % (fail_on,))
+    if generated_at is None:
+        generated_at = datetime.datetime.now(datetime.timezone.utc)
+    if isinstance(generated_at, datetime.datetime):
+        generated_at = generated_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    seen = set()
+    out_nodes = []
+    for entry in nodes:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ReportError("node entry without a name: %r" % (entry,))
+        name = entry["name"]
+        if name in seen:
+            raise ReportError("node %r appears twice" % name)
+        seen.add(name)
+        status = entry.get("status", "audited")
+        if status not in NODE_STATUSES:
+            raise ReportError("node %r has unknown status %r" % (name, status))
+        findings = [_check_finding(f, name) for f in entry.get("findings") or []]
+        out_nodes.append({"name": name, "status": status, "error": entry.get("error"),
+                          "findings": sorted(findings, key=_finding_order)})
+
+    by_name = {n["name"]: n for n in out_nodes}
+    cluster = []
+    for f in cluster_findings or []:
+        node = f.get("node") if isinstance(f, dict) else None
+        checked = _check_finding(f, node)
+        if node is not None and node in by_name:
+            by_name[node]["findings"].append(checked)
+            by_name[node]["findings"].sort(key=_finding_order)
+        else:
+            cluster.append(checked)
+    cluster.sort(key=_finding_order)
+
+    out_nodes.sort(key=lambda n: n["name"])
+    all_findings = [f for n in out_nodes for f in n["findings"]] + cluster
+    by_severity = dict((s, 0) for s in SEVERITIES)
+    by_id = {}
+    for f in all_findings:
+        by_severity[f["severity"]] += 1
+        slot = by_id.setdefault(f["id"], {"severity": f["severity"], "title": f["title"], "count": 0,
+                                          "nodes": []})
+        slot["count"] += 1
+        if severity_rank(f["severity"]) > severity_rank(slot["severity"]):
+            slot["severity"] = f["severity"]
+        if f["node"] is not None and f["node"] not in slot["nodes"]:
+            slot["nodes"].append(f["node"])
+    for slot in by_id.values():
+        slot["nodes"].sort()
+
+    counts = dict((s, sum(1 for n in out_nodes if n["status"] == s)) for s in NODE_STATUSES)
+    clean = sum(1 for n in out_nodes if n["status"] == "audited" and not n["findings"])
+    failing = failing_findings({"nodes": out_nodes, "cluster": {"findings": cluster}}, fail_on)
+    return {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": generated_at,
+        "collection_version": collection_version,
+        "run": dict(run or {}, fail_on=fail_on),
+        "summary": {
+            "nodes_total": len(out_nodes),
+            "nodes_audited": counts["audited"],
+            "nodes_unreachable": counts["unreachable"],
+            "nodes_failed": counts["failed"],
+            "nodes_clean": clean,
+            "unreachable": sorted(n["name"] for n in out_nodes if n["status"] == "unreachable"),
+            "failed": sorted(n["name"] for n in out_nodes if n["status"] == "failed"),
+            "findings_total": len(all_findings),
+            "by_severity": by_severity,
+            "by_id": dict(sorted(by_id.items(), key=lambda kv: (-severity_rank(kv[1]["severity"]), kv[0]))),
+            "fail_on": fail_on,
+            "failing": len(failing),
+        },
+        "nodes": out_nodes,
+        "cluster": {"findings": cluster},
+    }
+
+
+def _finding_order(f):
+    return (-severity_rank(f["severity"]), f["id"])
+
+
+def failing_findings(report, fail_on):
+    """Findings at or above ``fail_on`` (``never``/``none`` -> none)."""
+    if fail_on in ("never", "none"):
+        return []
+    threshold = severity_rank(fail_on)
+    out = [f for n in report["nodes"] for f in n["findings"] if severity_rank(f["severity"]) >= threshold]
+    out += [f for f in report.get("cluster", {}).get("findings", []) if severity_rank(f["severity"]) >= threshold]
+    return out
+
+
+def render_json(report):
+    return json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_escape(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report):
+    s = report["summary"]
+    lines = [
+        "# kubegpu.fleet audit — %s" % report["generated_at"],
+        "",
+        "%d nodes: %d audited, %d unreachable, %d failed, %d clean. Findings: %d critical, %d warning, %d info."
+        % (s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_failed"], s["nodes_clean"],
+           s["by_severity"]["critical"], s["by_severity"]["warning"], s["by_severity"]["info"]),
+        "",
+    ]
+    if s["unreachable"]:
+        lines += ["**Unreachable:** %s" % ", ".join(s["unreachable"]), ""]
+    if s["failed"]:
+        lines += ["**Audit failed on:** %s" % ", ".join(s["failed"]), ""]
+    if s["by_id"]:
+        lines += ["| severity | finding | nodes |", "| --- | --- | --- |"]
+        for fid, slot in s["by_id"].items():
+            lines.append("| %s | `%s` %s | %s |" % (slot["severity"], fid, _md_escape(slot["title"]),
+                                                    _md_escape(", ".join(slot["nodes"]) or "cluster")))
+        lines.append("")
+        lines.append("## Per node")
+        lines.append("")
+        for node in report["nodes"]:
+            if not node["findings"]:
+                continue
+            lines.append("- **%s**" % node["name"])
+            for f in node["findings"]:
+                fix = f["remediation"].get("summary") or f["remediation"].get("role") or ""
+                lines.append("  - %s `%s`: %s%s" % (f["severity"].upper(), f["id"], _md_escape(f["title"]),
+                                                    (" — fix: %s" % _md_escape(fix)) if fix else ""))
+        for f in report["cluster"]["findings"]:
+            lines.append("- **cluster**: %s `%s`: %s" % (f["severity"].upper(), f["id"], _md_escape(f["title"])))
+        lines.append("")
+    else:
+        lines += ["No findings.", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus textfile (node_exporter textfile collector format)
+
+
+def _prom_label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _prom_labels(**labels):
+    return "{" + ",".join('%s="%s"' % (k, _prom_label(v)) for k, v in labels.items()) + "}"
+
+
+def _epoch(iso):
+    dt = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    return int(dt.timestamp())
+
+
+def render_prometheus(report):
+    s = report["summary"]
+    out = []
+
+    def metric(name, mtype, help_text, samples):
+        out.append("# HELP %s %s" % (name, help_text))
+        out.append("# TYPE %s %s" % (name, mtype))
+        for labels, value in samples:
+            out.append("%s%s %s" % (name, _prom_labels(**labels) if labels else "", value))
+
+    findings = []
+    for node in report["nodes"]:
+        for f in node["findings"]:
+            findings.append(({"node": node["name"], "id": f["id"], "severity": f["severity"]}, 1))
+    for f in report["cluster"]["findings"]:
+        findings.append(({"node": "", "id": f["id"], "severity": f["severity"]}, 1))
+    # Duplicate label sets are invalid exposition: one sample per (node, id, severity).
+    dedup = {}
+    for labels, value in findings:
+        dedup[tuple(sorted(labels.items()))] = (labels, value)
+    metric("kubegpu_finding", "gauge",
+           "Finding present on a node at the last kubegpu.fleet audit (1 = present).",
+           [dedup[k] for k in sorted(dedup)])
+    metric("kubegpu_audit_findings", "gauge", "Findings at the last audit by severity.",
+           [({"severity": sev}, s["by_severity"][sev]) for sev in SEVERITIES])
+    metric("kubegpu_audit_nodes", "gauge", "Nodes at the last audit by outcome.",
+           [({"status": "audited"}, s["nodes_audited"]), ({"status": "unreachable"}, s["nodes_unreachable"]),
+            ({"status": "failed"}, s["nodes_failed"]), ({"status": "clean"}, s["nodes_clean"])])
+    metric("kubegpu_audit_node_up", "gauge", "1 when the node was audited, 0 when unreachable or failed.",
+           [({"node": n["name"]}, 1 if n["status"] == "audited" else 0) for n in report["nodes"]])
+    metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
+           [({}, _epoch(report["generated_at"]))])
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML (self-contained: inline CSS, no scripts, no external resources)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d2430;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}h3{font-size:15px;margin:18px 0 6px}
+.meta{color:#5b6575;font-size:13px;margin-bottom:16px}
+.cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
+.card{border:1px solid #d8dde6;border-radius:8px;padding:10px 14px;min-width:110px}
+.card .n{font-size:26px;font-weight:600}.card .l{font-size:12px;color:#5b6575;text-transform:uppercase}
+.card.critical{border-color:#c62828;background:#fdecea}.card.warning{border-color:#ef8f00;background:#fff5e0}
+.card.info{border-color:#1565c0;background:#e8f1fc}.card.clean{border-color:#2e7d32;background:#e9f5ea}
+table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #d8dde6;padding:4px 8px;text-align:left}
+th{background:#f3f5f8}td.cell{text-align:center;font-weight:600;min-width:28px}
+td.critical,span.critical{background:#c62828;color:#fff}td.warning,span.warning{background:#ef8f00;color:#111}
+td.info,span.info{background:#1565c0;color:#fff}td.none{background:#e9f5ea;color:#2e7d32}
+td.unreachable,td.failed{background:#6b7280;color:#fff}
+span.sev{border-radius:4px;padding:1px 6px;font-size:12px;font-weight:600}
+.finding{border:1px solid #d8dde6;border-radius:8px;padding:8px 12px;margin:8px 0}
+pre{background:#f6f8fa;padding:8px;border-radius:6px;overflow:auto;font-size:12px;margin:6px 0}
+.matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
+"""
+
+
+def _e(text):
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def render_html(report):
+    s = report["summary"]
+    ids = list(s["by_id"].keys())
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             "<title>kubegpu.fleet audit %s</title>" % _e(report["generated_at"]),
+             "<style>%s</style></head><body>" % _CSS,
+             "<h1>kubegpu.fleet GPU fleet audit</h1>",
+             '<div class="meta">Generated %s &middot; report schema %s v%s &middot; collection %s &middot; '
+             "fail on: %s</div>" % (_e(report["generated_at"]), _e(report["schema"]),
+                                    _e(report["schema_version"]), _e(report["collection_version"] or "?"),
+                                    _e(s["fail_on"]))]
+    parts.append('<section id="summary"><h2>Fleet summary</h2><div class="cards">')
+    for label, value, cls in (("nodes", s["nodes_total"], ""), ("audited", s["nodes_audited"], ""),
+                              ("clean", s["nodes_clean"], "clean"),
+                              ("unreachable", s["nodes_unreachable"], ""), ("failed", s["nodes_failed"], ""),
+                              ("critical", s["by_severity"]["critical"], "critical"),
+                              ("warning", s["by_severity"]["warning"], "warning"),
+                              ("info", s["by_severity"]["info"], "info")):
+        parts.append('<div class="card %s" data-metric="%s"><div class="n">%s</div><div class="l">%s</div></div>'
+                     % (cls, _e(label), _e(value), _e(label)))
+    parts.append("</div>")
+    if s["unreachable"]:
+        parts.append('<p id="unreachable"><strong>Unreachable:</strong> %s</p>' % _e(", ".join(s["unreachable"])))
+    if s["failed"]:
+        parts.append('<p id="failed"><strong>Audit failed on:</strong> %s</p>' % _e(", ".join(s["failed"])))
+    parts.append("</section>")
+
+    parts.append('<section id="matrix"><h2>Node &times; finding</h2>')
+    if ids:
+        parts.append('<table class="matrix"><thead><tr><th>node</th>')
+        for fid in ids:
+            parts.append('<th class="rot" title="%s">%s</th>' % (_e(s["by_id"][fid]["title"]), _e(fid)))
+        parts.append("</tr></thead><tbody>")
+        for node in report["nodes"]:
+            have = dict((f["id"], f["severity"]) for f in node["findings"])
+            parts.append('<tr data-node="%s"><th>%s</th>' % (_e(node["name"]), _e(node["name"])))
+            for fid in ids:
+                if node["status"] != "audited":
+                    parts.append('<td class="cell %s" title="%s">%s</td>'
+                                 % (node["status"], _e(node["status"]), "?"))
+                elif fid in have:
+                    parts.append('<td class="cell %s" data-finding="%s" title="%s">%s</td>'
+                                 % (have[fid], _e(fid), _e(have[fid]), _e(have[fid][0].upper())))
+                else:
+                    parts.append('<td class="cell none"></td>')
+            parts.append("</tr>")
+        parts.append("</tbody></table>")
+    else:
+        parts.append('<p id="no-findings">No findings on any audited node.</p>')
+    parts.append("</section>")
+
+    parts.append('<section id="details"><h2>Details</h2>')
+    for node in report["nodes"]:
+        parts.append('<h3 id="node-%s">%s <small>(%s)</small></h3>' % (_e(node["name"]), _e(node["name"]),
+                                                                      _e(node["status"])))
+        if node.get("error"):
+            parts.append("<pre>%s</pre>" % _e(node["error"]))
+        if node["status"] == "audited" and not node["findings"]:
+            parts.append("<p>No findings.</p>")
+        for f in node["findings"]:
+            parts.append(_html_finding(f))
+    if report["cluster"]["findings"]:
+        parts.append('<h3 id="cluster">Cluster</h3>')
+        for f in report["cluster"]["findings"]:
+            parts.append(_html_finding(f))
+    parts.append("</section></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _html_finding(f):
+    rem = f["remediation"] or {}
+    out = ['<div class="finding" data-finding="%s" data-severity="%s">' % (_e(f["id"]), _e(f["severity"])),
+           '<div><span class="sev %s">%s</span> <code>%s</code> %s</div>'
+           % (_e(f["severity"]), _e(f["severity"]), _e(f["id"]), _e(f["title"]))]
+    if f["evidence"]:
+        out.append("<div><strong>Evidence</strong><pre>%s</pre></div>"
+                   % _e(json.dumps(f["evidence"], indent=2, sort_keys=True, default=str)))
+    if rem:
+        out.append("<div><strong>Remediation</strong>: %s" % _e(rem.get("summary", "")))
+        if rem.get("role"):
+            out.append(" &mdash; role <code>%s</code>" % _e(rem["role"]))
+        if rem.get("vars"):
+            out.append("<pre>%s</pre>" % _e(json.dumps(rem["vars"], indent=2, sort_keys=True, default=str)))
+        out.append("</div>")
+    if f["references"]:
+        out.append("<div><strong>References</strong><ul>%s</ul></div>"
+                   % "".join("<li>%s</li>" % _e(r) for r in f["references"]))
+    out.append("</div>")
+    return "".join(out)

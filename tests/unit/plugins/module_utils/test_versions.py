@@ -1,0 +1,38 @@
+import pytest
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+    DevicePluginVersion, DriverVersion, SemVer, driver_branch, in_range, strip_package_revision)
+
+
+def test_driver_versions_compare_numerically_and_by_branch():
+    assert DriverVersion("570.172.08") > DriverVersion("570.158.01") > DriverVersion("570.86.15")
+    assert DriverVersion("575.57.08") > DriverVersion("570.172.08")
+    assert DriverVersion("550.40") < DriverVersion("550.40.07")
+    assert DriverVersion("570.172.08-0ubuntu1") == DriverVersion("570.172.08")
+    assert DriverVersion("3:570.172.08-1.el9").branch == 570
+    assert driver_branch("junk") is None
+    assert in_range("570.148.08", "570.124.06", "570.158.01")
+    assert not in_range("570.172.08", "570.124.06", "570.158.01")
+    assert strip_package_revision("1:2.3-4") == "2.3"
+
+
+@pytest.mark.parametrize("bad", ["", "570", "570.x.1", "v570.1", "570.1.2.3", None, 570])
+def test_bad_driver_versions_name_the_value(bad):
+    with pytest.raises(ValueError, match=repr(bad).replace("(", r"\(").replace(")", r"\)")):
+        DriverVersion(bad)
+
+
+def test_semver_prerelease_order():
+    assert SemVer("1.0.0-beta5") < SemVer("1.0.0-beta10") < SemVer("1.0.0-rc.1") < SemVer("1.0.0")
+    assert SemVer("v1.14.6") > SemVer("1.14.5")
+
+
+def test_device_plugin_release_order_follows_the_real_tag_history():
+    order = ["v1.8", "1.11", "v1.12", "1.0.0-beta", "1.0.0-beta4", "1.0.0-beta5", "1.0.0-beta6",
+             "v0.6.0", "v0.7.1", "v0.14.5", "v0.17.0", "v0.20.0", "v1.0.0"]
+    versions = [DevicePluginVersion(v) for v in order]
+    assert versions == sorted(versions)
+    assert [v.passes_device_specs() for v in versions] == [
+        False, False, False, False, False, True, True, True, True, True, True, True, True]
+    with pytest.raises(ValueError, match="'latest'"):
+        DevicePluginVersion("latest")
