@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of kubegpu.fleet.driver_guard.
+
+Modules run on the node and cannot read the collection's data files, so this action plugin
+loads the bundled known-bad driver catalog (``<collection>/catalog/known_bad_drivers.yml``),
+validates it together with the task's ``catalog_extra`` (a bad catalog fails here, on the
+controller, before anything runs on the node), and passes it to the module in the internal
+``_catalog`` option. The catalog is replaced by a short summary in the returned
+``invocation`` so verbose output stays readable.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import yaml
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+    CatalogError,
+    merge_catalog,
+    validate_catalog,
+)
+
+MODULE = "kubegpu.fleet.driver_guard"
+CATALOG_PATH = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                             "catalog", "known_bad_drivers.yml"))
+
+
+def load_bundled_catalog(path=CATALOG_PATH):
+    """Read and validate the bundled catalog; raise CatalogError (or IOError) on problems."""
+    with open(path, "rb") as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise CatalogError("bundled catalog %s" % path, ["not valid YAML: %s" % e])
+    validate_catalog(data, "bundled catalog %s" % path)
+    return data
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        self._supports_check_mode = True
+        self._supports_async = False
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+
+        args = dict(self._task.args)
+        if "_catalog" in args:
+            result.update(failed=True,
+                          msg="_catalog is internal to driver_guard: the bundled catalog is loaded "
+                              "by the action plugin; use catalog_extra to add entries")
+            return result
+        try:
+            catalog = load_bundled_catalog()
+            bundled = catalog["entries"]
+            merge_catalog(bundled, args.get("catalog_extra"))
+        except CatalogError as e:
+            result.update(failed=True, msg=to_native(e))
+            return result
+        except (IOError, OSError) as e:
+            result.update(failed=True, msg="cannot read the bundled catalog %s: %s" % (CATALOG_PATH, to_native(e)))
+            return result
+
+        args["_catalog"] = catalog
+        module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        invocation = module_result.get("invocation")
+        if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
+            if "_catalog" in invocation["module_args"]:
+                invocation["module_args"]["_catalog"] = "<bundled catalog %s: %d entries>" % (
+                    CATALOG_PATH, len(bundled))
+        result.update(module_result)
+        return result

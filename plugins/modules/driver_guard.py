@@ -1,0 +1,681 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: driver_guard
+short_description: Check a node's NVIDIA driver against the known-bad driver catalog, and pin bad versions away
+version_added: 0.1.0
+description:
+  - Evaluates the NVIDIA driver of a node against the collection's known-bad driver catalog
+    (C(catalog/known_bad_drivers.yml)) plus O(catalog_extra), and returns a verdict, the
+    matching entries, the branch, a recommended version, whether a reboot is pending and the
+    installed NVIDIA packages.
+  - The catalog is bundled with the collection. The action plugin of this module reads it on
+    the controller, validates it and passes it to the node; users never pass it.
+  - Conditions are evaluated on node facts. An entry whose driver criteria match and whose
+    state conditions (C(mig_mixed), C(mig_enabled)) all hold makes the node C(known_bad); if
+    a state condition does not hold today (or is unknown) the node is C(at_risk). An entry
+    about a component the node does not have (C(toolkit_version) with no toolkit installed,
+    C(gpu_model) not present) does not match at all and is listed in RV(not_applicable).
+  - Both the installed userspace driver and the loaded kernel module are evaluated; after an
+    upgrade without reboot the loaded module may still be known-bad.
+  - "Recommendation rule: the first fixed release of the node's branch for every matched entry
+    (raised while that release itself matches another entry on this node). When the branch has
+    no fix, the nearest fixed branch: the nearest newer branch first (moving forward keeps the
+    CUDA driver API at least as new), else the nearest older one; the remaining fixed branches
+    are returned as RV(recommendation.alternatives) (e.g. 575.57.08: no 575 fix, recommended
+    580.65.06, alternative 570.172.08). A candidate that would still be C(known_bad) on this
+    node through an entry a driver cannot fix ranks last."
+  - "O(state=pinned) writes negative pins so known-bad versions are never installed again: an
+    apt preferences file with C(Pin-Priority: -1) stanzas, or dnf C(excludepkgs) entries in
+    C([main]) of dnf.conf. Ranges become apt version regular expressions / dnf globs.
+    Branch-less entries (driver/toolkit combinations, limitations) are never pinned."
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: O(state=pinned) reports the change and diff without writing.
+  diff_mode:
+    support: full
+    details: O(state=pinned) returns the before/after of the apt preferences file or dnf.conf.
+  platform:
+    platforms: posix
+    details: Linux nodes. Package listing uses dpkg-query (Debian/Ubuntu) or rpm (RHEL).
+options:
+  state:
+    description:
+      - V(audit) only reports (read only).
+      - V(enforce) fails the task when the verdict is C(known_bad), with a message naming the
+        entries and the recommended version (for AWX alerting). Read only.
+      - V(pinned) reports like V(audit) and writes the negative pins.
+    type: str
+    choices: [audit, enforce, pinned]
+    default: audit
+  driver_version:
+    description:
+      - Installed userspace driver version to evaluate, e.g. V(570.148.08).
+      - Default is detected from the installed driver packages, else from the NVML probe.
+    type: str
+  kernel_module_version:
+    description:
+      - Loaded kernel module version. Default is read from C(<proc_path>/driver/nvidia/version).
+    type: str
+  mig_mixed:
+    description:
+      - Whether the node mixes MIG-enabled and full GPUs (the R570 NVML hang trigger).
+      - Default is detected by the GPU probe; unknown when the probe cannot tell.
+    type: bool
+  mig_enabled:
+    description:
+      - Whether any GPU on the node has MIG enabled. Default is detected by the GPU probe.
+    type: bool
+  toolkit_version:
+    description:
+      - Installed nvidia-container-toolkit version. Default is detected from packages
+        (C(nvidia-container-toolkit), C(nvidia-container-toolkit-base)).
+      - Package forms are accepted (V(1.14.5-1), V(1:1.17.8-1)); write pre-releases the Debian
+        way (V(1.18.0~rc.1)), since text after the last C(-) is read as a package revision.
+      - V(none) declares that no toolkit is installed. Set the version when the toolkit runs in a
+        container (GPU Operator) and is therefore not a host package.
+    type: str
+  gpu_names:
+    description:
+      - GPU model names (e.g. V(NVIDIA GH200 480GB)) for C(gpu_model) conditions.
+        Default is detected by the GPU probe.
+    type: list
+    elements: str
+  catalog_extra:
+    description:
+      - Additional catalog entries (same format as the bundled catalog, see
+        C(catalog/README.md)), as a list of entries or a mapping with C(entries).
+      - An id that already exists in the bundled catalog is an error; skip the bundled entry
+        with O(skip_entries) and add yours under a new id.
+    type: raw
+  skip_entries:
+    description:
+      - Catalog entry ids to ignore (e.g. an accepted limitation). Unknown ids are an error.
+    type: list
+    elements: str
+    default: []
+  pin_scope:
+    description:
+      - Which known-bad versions O(state=pinned) pins. V(all) pins every branch in the
+        catalog; V(branch) only the node's driver branch.
+    type: str
+    choices: [all, branch]
+    default: all
+  pin_packages:
+    description:
+      - Package-name globs the pins apply to. Pins match the exact known-bad versions, so
+        broad globs only block packages at those versions.
+    type: list
+    elements: str
+    default: ["*nvidia*", "cuda-drivers*", "libcuda*"]
+  package_manager:
+    description:
+      - Where O(state=pinned) writes pins. V(auto) picks apt when apt-get exists, else dnf.
+    type: str
+    choices: [auto, apt, dnf]
+    default: auto
+  apt_preferences_path:
+    description:
+      - The apt preferences file this module owns (rewritten as a whole; backed up first).
+      - apt ignores files in C(preferences.d) whose name has an extension other than C(.pref).
+    type: path
+    default: /etc/apt/preferences.d/kubegpu-fleet-nvidia-known-bad.pref
+  dnf_conf_path:
+    description:
+      - dnf configuration file whose C([main]) section receives the C(excludepkgs) entries.
+        Other lines and the user's own exclude entries are kept; the file is backed up first.
+    type: path
+    default: /etc/dnf/dnf.conf
+  validate_pins:
+    description:
+      - Before writing an apt preferences file, check that C(apt-cache policy) parses it.
+    type: bool
+    default: true
+  package_root:
+    description:
+      - Root of the package databases (C(dpkg-query --admindir <root>/var/lib/dpkg),
+        C(rpm --root <root>)); V(/host) when auditing from a container.
+    type: path
+    default: /
+  proc_path:
+    description: Mount point of the node's procfs.
+    type: path
+    default: /proc
+  dev_path:
+    description: Mount point of the node's /dev, for the GPU probe.
+    type: path
+    default: /dev
+  driver_root:
+    description: Root of the driver installation, for the GPU probe (GPU Operator uses C(/run/nvidia/driver)).
+    type: path
+    default: /
+  backend:
+    description: GPU probe backend, as for M(kubegpu.fleet.gpu_facts).
+    type: str
+    choices: [auto, nvml, nvidia_smi]
+    default: auto
+  timeout:
+    description: Seconds the GPU probe may take (it is only run when something is still unknown).
+    type: float
+    default: 10.0
+  _catalog:
+    description:
+      - Internal. Set by the action plugin to the bundled catalog; do not set it.
+    type: raw
+notes:
+  - "apt: C(Pin-Priority: -1) stops apt from choosing a version as install or upgrade
+    candidate; an explicit C(apt-get install PACKAGE=VERSION) still overrides pins."
+  - "dnf: C(excludepkgs) also stops explicit installs of an excluded version. Verified with dnf 4.14
+    (libdnf) against a local repository of epoch-3 NVIDIA-style packages; not run on RHEL itself."
+seealso:
+  - module: kubegpu.fleet.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Audit the driver against the known-bad catalog
+  kubegpu.fleet.driver_guard:
+  register: guard
+
+- name: Fail the job (AWX alert) when the node runs a known-bad driver
+  kubegpu.fleet.driver_guard:
+    state: enforce
+
+- name: Never install known-bad drivers again on this node
+  kubegpu.fleet.driver_guard:
+    state: pinned
+
+- name: Add a site-specific entry without editing the collection
+  kubegpu.fleet.driver_guard:
+    catalog_extra:
+      - id: site-570-86-ecc
+        title: ECC storms seen on our A100 fleet
+        severity: high
+        affected:
+          - branch: 570
+            versions: ["570.86.15"]
+            fixed: "570.172.08"
+        remediation: Upgrade to 570.172.08.
+        references: ["https://wiki.example.com/gpu/ecc-570"]
+
+- name: Evaluate a planned version without touching the node
+  kubegpu.fleet.driver_guard:
+    driver_version: "575.57.08"
+    kernel_module_version: "575.57.08"
+    mig_mixed: false
+    mig_enabled: false
+"""
+
+RETURN = r"""
+verdict:
+  description: C(ok), C(known_bad) (affected and conditions met), C(at_risk) (affected,
+    conditions not met today or unknown) or C(absent) (no NVIDIA driver found).
+  returned: always
+  type: str
+  sample: known_bad
+branch:
+  description: Driver branch evaluated (of the installed userspace driver, else of the loaded module).
+  returned: always
+  type: int
+  sample: 570
+driver_version:
+  description: Installed userspace driver version evaluated.
+  returned: always
+  type: str
+  sample: 570.148.08
+kernel_module_version:
+  description: Loaded kernel module version.
+  returned: always
+  type: str
+  sample: 570.148.08
+reboot_pending:
+  description: True when the installed userspace driver differs from the loaded kernel module;
+    null when either is unknown.
+  returned: always
+  type: bool
+matches:
+  description: Matching catalog entries, known_bad first, then by severity.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: Entry id.
+      type: str
+      returned: always
+    title:
+      description: Entry title.
+      type: str
+      returned: always
+    severity:
+      description: critical, high, medium, warning or info.
+      type: str
+      returned: always
+    status:
+      description: known_bad or at_risk.
+      type: str
+      returned: always
+    conditions_met:
+      description: Conditions that hold on the node.
+      type: list
+      elements: str
+      returned: always
+    conditions_not_met:
+      description: State conditions that do not hold today.
+      type: list
+      elements: str
+      returned: always
+    conditions_unknown:
+      description: State conditions the node could not tell.
+      type: list
+      elements: str
+      returned: always
+    matched_versions:
+      description: Which versions matched (C(components) userspace and/or kernel_module), and how.
+      type: list
+      elements: dict
+      returned: always
+    fixed_in_branch:
+      description: First fixed release in the matched branch, C(none), or null for branch-less entries.
+      type: str
+      returned: always
+    remediation:
+      description: What to do.
+      type: str
+      returned: always
+    references:
+      description: URLs and issue ids.
+      type: list
+      elements: str
+      returned: always
+    source:
+      description: bundled or catalog_extra.
+      type: str
+      returned: always
+not_applicable:
+  description: Entries whose driver criteria match but whose component condition rules the node
+    out (e.g. no container toolkit installed), with the reason.
+  returned: always
+  type: list
+  elements: dict
+recommended_version:
+  description: Recommended driver version (see the recommendation rule in the description);
+    null when nothing matches or no driver version fixes the matches.
+  returned: always
+  type: str
+  sample: 570.172.08
+recommendation:
+  description: How RV(recommended_version) was chosen.
+  returned: when something matches
+  type: dict
+  contains:
+    version:
+      description: The recommended version.
+      type: str
+    branch:
+      description: Its branch.
+      type: int
+    same_branch:
+      description: Whether it is in the node's branch.
+      type: bool
+    same_branch_fix:
+      description: First fixed release in the node's branch, or C(none).
+      type: str
+    reason:
+      description: Why.
+      type: str
+    alternatives:
+      description: Fixed releases in other branches (version, branch, reason, caveats).
+      type: list
+      elements: dict
+    caveats:
+      description: Entries no driver version fixes that still match the recommended version here.
+      type: list
+      elements: dict
+    not_fixed_by_driver:
+      description: Matched entries that a driver version cannot fix.
+      type: list
+      elements: str
+packages:
+  description: Installed NVIDIA packages (name, version, arch, status, installed, held).
+  returned: always
+  type: list
+  elements: dict
+package_manager:
+  description: Package database that was queried (dpkg or rpm), null when none was found.
+  returned: always
+  type: str
+package_query_error:
+  description: Why the installed packages could not be listed (no package database under
+    O(package_root), query failure); null when they were.
+  returned: always
+  type: str
+compute_utils:
+  description: Whether nvidia-compute-utils-<branch> (nvidia-cuda-mps-control) is installed at the
+    driver's version (Debian/Ubuntu naming only).
+  returned: always
+  type: dict
+  sample:
+    checked: true
+    package: nvidia-compute-utils-570
+    installed: true
+    version: 570.172.08-0ubuntu1
+    matches_driver: true
+node:
+  description: The facts the evaluation used and where each came from.
+  returned: always
+  type: dict
+detection:
+  description: Whether the GPU probe was needed and what it reported.
+  returned: always
+  type: dict
+catalog:
+  description: Catalog summary (bundled and extra entry counts, skipped ids).
+  returned: always
+  type: dict
+pins:
+  description: What O(state=pinned) wrote (manager, path, pinned entries and versions, backup file).
+  returned: when state is pinned
+  type: dict
+"""
+
+import os
+import shutil
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+    VERDICT_KNOWN_BAD,
+    CatalogError,
+    evaluate,
+    merge_catalog,
+    validate_catalog,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
+    NodeInputError,
+    gather_node,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
+    compute_utils_status,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
+    atomic_write,
+    backup_file,
+)
+
+try:
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts
+    GPU_FACTS_ERROR = None
+except ImportError as _e:  # gpu.py missing or its imports failing: detection unavailable
+    nvidia_facts = None
+    GPU_FACTS_ERROR = "cannot import kubegpu.fleet gpu module_utils: %s" % _e
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except (IOError, OSError):
+        if os.path.exists(path):
+            raise
+        return None
+
+
+def _summary(res):
+    v = res.get("driver_version") or res.get("kernel_module_version")
+    if res["verdict"] == "absent":
+        return "no NVIDIA driver found"
+    text = "driver %s: %s" % (v, res["verdict"])
+    if res["matches"]:
+        text += " (%s)" % ", ".join("%s: %s [%s]" % (m["id"], m["status"], m["severity"])
+                                    for m in res["matches"])
+    if res.get("recommended_version"):
+        text += "; recommended %s" % res["recommended_version"]
+        rec = res.get("recommendation") or {}
+        if rec.get("reason"):
+            text += ": %s" % rec["reason"]
+        if rec.get("alternatives"):
+            text += "; alternatives: %s" % ", ".join(a["version"] for a in rec["alternatives"])
+    if res.get("reboot_pending"):
+        text += "; reboot pending (loaded kernel module %s)" % res.get("kernel_module_version")
+    probe = (res.get("detection") or {}).get("probe") or {}
+    if probe.get("status") in ("hung", "error"):
+        text += "; GPU probe %s (%s)" % (probe["status"], probe.get("error") or "no detail")
+    unknown = sorted(set(c for m in res["matches"] for c in m["conditions_unknown"]))
+    if unknown:
+        text += "; unknown on this node: %s (pass them as options)" % ", ".join(unknown)
+    return text
+
+
+def _validate_apt(module, result, content):
+    """Make apt-cache parse the rendered preferences; fail the task if apt rejects them."""
+    apt_cache = module.get_bin_path("apt-cache")
+    if not apt_cache:
+        return "apt-cache not found; preferences not validated"
+    tmp = tempfile.mkdtemp(prefix="driver_guard-")
+    try:
+        pref = os.path.join(tmp, "check.pref")
+        empty = os.path.join(tmp, "empty")
+        for d in (empty, os.path.join(tmp, "lists", "partial"), os.path.join(tmp, "cache", "archives", "partial")):
+            os.makedirs(d)
+        with open(pref, "w") as f:
+            f.write(content)
+        # Only the rendered file and no repositories: problems elsewhere in the node's apt
+        # configuration (a broken sources entry, another preferences file) do not count here.
+        rc, out, err = module.run_command([
+            apt_cache,
+            "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
+            "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
+            "-o", "Dir::State::Lists=%s" % os.path.join(tmp, "lists"),
+            "-o", "Dir::Cache=%s" % os.path.join(tmp, "cache"),
+            "policy"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    problems = [line for line in (err or "").splitlines() if line.startswith(("E:", "W:"))]
+    if rc != 0 or problems:
+        _fail(module, result, "apt-cache rejected the generated preferences (nothing written): %s"
+              % ("; ".join(problems) or err or out).strip())
+    return None
+
+
+def _write(path, old, new, mode):
+    backup = None
+    if old is not None and os.path.exists(path):
+        backup = backup_file(path)
+    atomic_write(path, new, mode=mode)
+    return backup
+
+
+def _fail(module, result, msg):
+    """Fail with the evaluation so far attached (``result`` already carries a summary msg)."""
+    out = dict(result)
+    out["msg"] = msg
+    module.fail_json(**out)
+
+
+def _pinned(module, params, entries, node, result, skip):
+    manager = params["package_manager"]
+    if manager == "auto":
+        if module.get_bin_path("apt-get"):
+            manager = "apt"
+        elif module.get_bin_path("dnf") or module.get_bin_path("yum") or module.get_bin_path("microdnf"):
+            manager = "dnf"
+        else:
+            _fail(module, result, "state=pinned: neither apt-get nor dnf/yum found; set package_manager")
+    branch = None
+    if params["pin_scope"] == "branch":
+        branch = result["branch"]
+        if branch is None:
+            _fail(module, result, "pin_scope=branch needs the node's driver branch, but no driver "
+                  "version is known (set driver_version)")
+    try:
+        packages = driver_pins.validate_pin_packages(params["pin_packages"])
+    except ValueError as e:
+        _fail(module, result, to_native(e))
+    plan = driver_pins.pin_plan(entries, node, branch=branch, skip=skip)
+    recommended = result.get("recommended_version")
+    if recommended:
+        for pin in plan:
+            if driver_pins.pin_matches_version(pin, recommended):
+                _fail(module, result, "refusing to pin: %s (%s) would also block the recommended version %s"
+                      % (pin["id"], pin["description"], recommended))
+    directory = os.path.dirname(os.path.abspath(
+        params["apt_preferences_path"] if manager == "apt" else params["dnf_conf_path"]))
+    if manager == "apt":
+        path = params["apt_preferences_path"]
+        if not driver_pins.apt_preferences_name_ok(path):
+            _fail(module, result, "apt_preferences_path %r: apt ignores preference files whose name "
+                  "has an extension other than .pref or characters other than letters, "
+                  "digits, '-', '_' and '.'" % path)
+        mode = 0o644
+    else:
+        path = params["dnf_conf_path"]
+        mode = None
+    if not os.path.isdir(directory):
+        _fail(module, result, "cannot write %s: directory %s does not exist" % (path, directory))
+    try:
+        old = _read(path)
+    except (IOError, OSError, UnicodeDecodeError) as e:
+        _fail(module, result, "cannot read %s: %s" % (path, to_native(e)))
+    if manager == "apt":
+        new = driver_pins.render_apt_preferences(plan, packages)
+    else:
+        new = driver_pins.render_dnf_conf(old or "", driver_pins.dnf_tokens(plan, packages))
+    changed = old is None or old != new
+    pins = {"manager": manager, "path": path, "scope": params["pin_scope"],
+            "count": len(plan), "entries": sorted(set(p["id"] for p in plan)),
+            "versions": ["%s: %s" % (p["id"], p["description"]) for p in plan],
+            "backup_file": None, "validation": None}
+    if changed and manager == "apt" and params["validate_pins"]:
+        pins["validation"] = _validate_apt(module, result, new) or "apt-cache policy parsed the file"
+    if changed and not module.check_mode:
+        try:
+            pins["backup_file"] = _write(path, old, new, mode)
+        except (IOError, OSError) as e:
+            _fail(module, result, "cannot write %s: %s" % (path, to_native(e)))
+    result["pins"] = pins
+    result["changed"] = changed
+    if module._diff:
+        result["diff"] = {"before": old or "", "after": new,
+                          "before_header": path if old is not None else "%s (absent)" % path,
+                          "after_header": path}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", default="audit", choices=["audit", "enforce", "pinned"]),
+            driver_version=dict(type="str"),
+            kernel_module_version=dict(type="str"),
+            mig_mixed=dict(type="bool"),
+            mig_enabled=dict(type="bool"),
+            toolkit_version=dict(type="str"),
+            gpu_names=dict(type="list", elements="str"),
+            catalog_extra=dict(type="raw"),
+            skip_entries=dict(type="list", elements="str", default=[]),
+            pin_scope=dict(type="str", default="all", choices=["all", "branch"]),
+            pin_packages=dict(type="list", elements="str",
+                              default=list(driver_pins.DEFAULT_PIN_PACKAGES)),
+            package_manager=dict(type="str", default="auto", choices=["auto", "apt", "dnf"]),
+            apt_preferences_path=dict(type="path",
+                                      default="/etc/apt/preferences.d/kubegpu-fleet-nvidia-known-bad.pref"),
+            dnf_conf_path=dict(type="path", default="/etc/dnf/dnf.conf"),
+            validate_pins=dict(type="bool", default=True),
+            package_root=dict(type="path", default="/"),
+            proc_path=dict(type="path", default="/proc"),
+            dev_path=dict(type="path", default="/dev"),
+            driver_root=dict(type="path", default="/"),
+            backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
+            timeout=dict(type="float", default=10.0),
+            _catalog=dict(type="raw"),
+        ),
+        supports_check_mode=True,
+    )
+    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+    p = module.params
+    if p["_catalog"] is None:
+        module.fail_json(msg="driver_guard received no catalog: run it as the task "
+                         "kubegpu.fleet.driver_guard so its action plugin loads the bundled catalog")
+    try:
+        bundled = validate_catalog(p["_catalog"], "bundled catalog")
+        entries, origin = merge_catalog(bundled, p["catalog_extra"])
+    except CatalogError as e:
+        module.fail_json(msg=to_native(e))
+    ids = set(e["id"] for e in entries)
+    unknown = sorted(set(p["skip_entries"]) - ids)
+    if unknown:
+        module.fail_json(msg="skip_entries: unknown catalog id(s) %s (known: %s)"
+                         % (", ".join(repr(u) for u in unknown), ", ".join(sorted(ids))))
+
+    try:
+        node, pkg_info, detection = gather_node(p, module.run_command, module.get_bin_path,
+                                                nvidia_facts, GPU_FACTS_ERROR)
+    except NodeInputError as e:
+        module.fail_json(msg=to_native(e))
+    try:
+        ev = evaluate(entries, node, origin=origin, skip=p["skip_entries"])
+    except ValueError as e:
+        module.fail_json(msg="cannot evaluate the driver: %s" % to_native(e), node=node)
+
+    result = dict(
+        changed=False,
+        verdict=ev["verdict"],
+        branch=ev["branch"],
+        driver_version=node["driver_version"],
+        kernel_module_version=node["kernel_module_version"],
+        reboot_pending=ev["reboot_pending"],
+        matches=ev["matches"],
+        not_applicable=ev["not_applicable"],
+        recommended_version=ev["recommended_version"],
+        recommendation=ev["recommendation"],
+        packages=pkg_info["packages"],
+        package_manager=pkg_info["manager"],
+        package_query_error=pkg_info["error"],
+        compute_utils=compute_utils_status(pkg_info["packages"], node["driver_version"],
+                                           pkg_info["manager"]),
+        node=node,
+        detection=detection,
+        catalog={"entries": len(entries), "bundled": len(bundled),
+                 "extra": len(entries) - len(bundled), "skipped": sorted(set(p["skip_entries"]))},
+    )
+    if pkg_info["error"]:
+        module.warn("installed NVIDIA packages unknown: %s" % pkg_info["error"])
+    result["msg"] = _summary(result)
+
+    if p["state"] == "enforce" and ev["verdict"] == VERDICT_KNOWN_BAD:
+        bad = [m for m in ev["matches"] if m["status"] == VERDICT_KNOWN_BAD]
+        msg = "known-bad NVIDIA driver %s: %s" % (
+            node["driver_version"] or node["kernel_module_version"],
+            "; ".join("%s (%s: %s)" % (m["id"], m["severity"], m["title"]) for m in bad))
+        if ev["recommended_version"]:
+            rec = ev["recommendation"]
+            msg += ". Recommended version: %s (%s)" % (ev["recommended_version"], rec["reason"])
+            if rec.get("alternatives"):
+                msg += "; alternatives: %s" % ", ".join(
+                    "%s (%s)" % (a["version"], a["reason"]) for a in rec["alternatives"])
+        else:
+            msg += ". No driver version fixes this; follow the remediation of the entries"
+        result["msg"] = msg
+        module.fail_json(**result)
+    if p["state"] == "pinned":
+        _pinned(module, p, [e for e in entries if e["id"] not in set(p["skip_entries"])],
+                node, result, p["skip_entries"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
