@@ -17,10 +17,21 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLL_PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help venv tree pip-bootstrap sanity units modules lint integration test demo bench clean
+.PHONY: help deps venv tree pip-bootstrap sanity units modules lint integration test demo bench clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
+
+# Debian packages the tests drive for real: shellcheck (sanity), debootstrap/systemd-nspawn/
+# dpkg-dev/apt-utils (GPU node lab), chromium (HTML report test), prometheus (promtool).
+APT_PKGS     := shellcheck dnf rpm createrepo-c debootstrap systemd-container dpkg-dev apt-utils openssh-client chromium prometheus
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	  echo "apt-get install$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 $(STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -80,7 +91,7 @@ integration: tree
 	  $(BIN)/pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS); \
 	else echo "no integration tests yet"; fi
 
-test: sanity units modules lint integration
+test: deps sanity units modules lint integration
 
 demo: tree
 	$(BIN)/ansible-playbook -i playbooks/inventory/localhost.yml playbooks/audit.yml

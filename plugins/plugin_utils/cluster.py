@@ -18,10 +18,10 @@ def parse_time(value):
         return None
     text = value.strip().replace("Z", "+00:00")
     if "." in text:  # microTime: 2026-11-22T05:00:00.123456Z
-        head, _, tail = text.partition(".")
+        head, dot, tail = text.partition(".")
         frac = "".join(ch for ch in tail if ch.isdigit())
         zone = tail[len(frac):]
-        text = head + "." + (frac + "000000")[:6] + zone
+        text = head + dot + (frac + "000000")[:6] + zone
     try:
         dt = datetime.datetime.fromisoformat(text)
     except ValueError:

@@ -104,7 +104,7 @@ def test_markdown_and_html_contain_what_matters():
     assert "**Unreachable:** gpu-c" in md
     assert "| critical | `driver.known_bad` Known-bad driver 570.148.08 | gpu-b |" in md
     page = r.render_html(rep)
-    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http://" not in page.split("<style>")[0]
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http://" not in page.split("<style>", maxsplit=1)[0]
     assert 'data-finding="driver.known_bad" title="critical"' in page
     assert "upgrade to 570.172.08" in page
     # untrusted text is escaped

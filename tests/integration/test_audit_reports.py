@@ -1,0 +1,119 @@
+"""The audit's controller side end to end: audit_evaluate per host -> audit_report -> files,
+then the HTML in a real headless Chromium and the metrics through promtool."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+PROMTOOL = shutil.which("promtool")
+
+NV_BAD = {"present": True, "probe": {"status": "hung", "backend": "nvml", "elapsed": 10.2},
+          "driver_version": "570.148.08", "mig_mixed": True,
+          "device_nodes": [{"name": "nvidia-uvm", "path": "/dev/nvidia-uvm", "exists": True}],
+          "kernel_modules": {"nvidia_uvm": {"loaded": True}}}
+GUARD_BAD = {"verdict": "known_bad", "branch": 570, "driver_version": "570.148.08", "recommended_version": "570.172.08",
+             "matches": [{"id": "nvml-r570-mig-hang", "references": ["https://github.com/NVIDIA/gpu-operator/issues/1361"]}],
+             "compute_utils": {"checked": True, "installed": False, "package": "nvidia-compute-utils-570"}}
+
+
+def run_audit(ansible, tmp_path, check=False):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    report_dir = str(tmp_path / "reports")
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {
+        "gpu-bad": {"ansible_connection": "local"},
+        "gpu-ok": {"ansible_connection": "local"},
+        "gpu-gone": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                     "ansible_ssh_common_args": "-o ConnectTimeout=2 -o StrictHostKeyChecking=no"},
+    }}}))
+    plays = [
+        {"name": "nodes", "hosts": "all", "gather_facts": False, "tasks": [
+            {"name": "Remember hosts", "ansible.builtin.set_fact": {"kubegpu_audit_play_hosts": "{{ ansible_play_hosts_all }}"},
+             "delegate_to": "localhost", "delegate_facts": True, "run_once": True},
+            {"name": "Reach the node", "ansible.builtin.ping": None, "register": "reach", "ignore_unreachable": True},
+            {"name": "Record unreachable", "when": "reach is unreachable", "ansible.builtin.set_fact": {
+                "kubegpu_audit": {"node": "{{ inventory_hostname }}", "status": "unreachable",
+                                  "error": "{{ reach.msg }}", "findings": []}}},
+            {"name": "Stop", "when": "reach is unreachable", "ansible.builtin.meta": "end_host"},
+            {"name": "Evaluate", "kubegpu.fleet.audit_evaluate": {
+                "node": "{{ inventory_hostname }}",
+                "nvidia": "{{ nv if inventory_hostname == 'gpu-bad' else {} }}",
+                "driver_guard": "{{ guard if inventory_hostname == 'gpu-bad' else {'verdict': 'ok'} }}"},
+             "vars": {"nv": NV_BAD, "guard": GUARD_BAD}},
+        ]},
+        {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
+            {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
+             "vars": {"kubegpu_audit_report_dir": report_dir}}]},
+    ]
+    res = ansible.playbook(plays, inventory=str(inventory), check=check,
+                           env={"ANSIBLE_HOST_KEY_CHECKING": "False"})
+    return res, report_dir
+
+
+def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
+    res, report_dir = run_audit(ansible, tmp_path)
+    assert res.rc == 2, res.stdout[-3000:]
+    fail = res.task("kubegpu.fleet.audit : Fail on findings at or above critical", host="localhost")
+    assert fail["failed"] and "driver.known_bad@gpu-bad" in fail["msg"]
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        report = json.load(f)
+    s = report["summary"]
+    assert (s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_clean"]) == (3, 2, 1, 1)
+    assert s["unreachable"] == ["gpu-gone"]
+    bad = [n for n in report["nodes"] if n["name"] == "gpu-bad"][0]
+    assert sorted(f["id"] for f in bad["findings"]) == ["driver.compute_utils", "driver.known_bad", "nvml.hung"]
+    md = open(os.path.join(report_dir, "kubegpu-audit.md")).read()
+    assert "**Unreachable:** gpu-gone" in md
+
+
+def test_check_mode_gives_the_same_report(ansible, tmp_path):
+    _res, d1 = run_audit(ansible, tmp_path / "a")
+    _res, d2 = run_audit(ansible, tmp_path / "b", check=True)
+    r1 = json.load(open(os.path.join(d1, "kubegpu-audit.json")))
+    r2 = json.load(open(os.path.join(d2, "kubegpu-audit.json")))
+    for r in (r1, r2):
+        r.pop("generated_at")
+        r["run"].pop("check_mode")
+    assert r1 == r2
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed; make deps installs it")
+def test_prometheus_textfile_passes_promtool(ansible, tmp_path):
+    _res, report_dir = run_audit(ansible, tmp_path)
+    path = os.path.join(report_dir, "kubegpu_audit.prom")
+    with open(path, "rb") as f:
+        proc = subprocess.run([PROMTOOL, "check", "metrics"], stdin=f, capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = open(path).read()
+    assert 'kubegpu_finding{node="gpu-bad",id="driver.known_bad",severity="critical"} 1' in text
+    assert 'kubegpu_audit_node_up{node="gpu-gone"} 0' in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed; make deps installs it")
+def test_html_report_in_headless_chromium(ansible, tmp_path):
+    _res, report_dir = run_audit(ansible, tmp_path)
+    html_path = os.path.join(report_dir, "kubegpu-audit.html")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--user-data-dir=%s" % (tmp_path / "chrome-profile")]
+    dom = subprocess.run([CHROMIUM] + flags + ["--dump-dom", "file://" + html_path],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    page = dom.stdout
+    # fleet summary on top, matrix coloured by severity, details with evidence and remediation
+    assert page.index('id="summary"') < page.index('id="matrix"') < page.index('id="details"')
+    assert '<div class="card critical" data-metric="critical"><div class="n">2</div>' in page.replace("\n", "")
+    assert 'class="cell critical" data-finding="driver.known_bad"' in page
+    assert "Unreachable:</strong> gpu-gone" in page
+    assert "upgrade the driver within its branch to 570.172.08" in page
+    shot = os.path.join(str(tmp_path), "report.png")
+    proc = subprocess.run([CHROMIUM] + flags + ["--screenshot=%s" % shot, "--window-size=1280,1400",
+                                                "file://" + html_path],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and os.path.getsize(shot) > 10000, proc.stderr[-2000:]
+    keep = os.environ.get("KUBEGPU_KEEP_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
