@@ -95,7 +95,7 @@ integration: tree
 
 test: deps sanity units modules lint integration
 
-demo: tree
+demo: deps tree
 	$(BIN)/ansible-playbook -i playbooks/inventory/localhost.yml playbooks/audit.yml
 
 bench: tree
