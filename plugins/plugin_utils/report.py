@@ -336,8 +336,8 @@ def render_html(report):
 
     parts.append('<section id="details"><h2>Details</h2>')
     for node in report["nodes"]:
-        parts.append('<h3 id="node-%s">%s <small>(%s)</small></h3>' % (_e(node["name"]), _e(node["name"]),
-                                                                      _e(node["status"])))
+        name = _e(node["name"])
+        parts.append('<h3 id="node-%s">%s <small>(%s)</small></h3>' % (name, name, _e(node["status"])))
         if node.get("error"):
             parts.append("<pre>%s</pre>" % _e(node["error"]))
         if node["status"] == "audited" and not node["findings"]:
