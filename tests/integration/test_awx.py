@@ -35,7 +35,7 @@ def test_collection_tarball_leaves_out_local_state(built_collection):
 
 def test_builder_introspects_and_creates_context(built_collection, tmp_path):
     cols = tmp_path / "collections"
-    run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(cols), built_collection])
+    run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "--force", "-p", str(cols), built_collection])
     intro = run([os.path.join(BIN, "ansible-builder"), "introspect", str(cols)]).stdout
     assert "kubernetes>=24.2.0" in intro and "kubegpu.fleet" in intro
     assert "openssh-client [platform:dpkg]" in intro
