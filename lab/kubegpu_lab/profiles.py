@@ -1,0 +1,306 @@
+"""Node profiles: what each lab node is (GPUs, MIG, driver, kubelet config, faults, pods).
+
+A profile file (``lab/profiles/<name>.yml``) has ``defaults`` merged (deeply) under every entry
+of ``nodes``, and ``cluster`` objects seeded into the API double. See docs/lab.md for every key;
+``load_profile`` validates them and names the bad value.
+"""
+import copy
+import os
+import re
+import uuid
+
+import yaml
+
+from .util import LabError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROFILE_DIR = os.path.join(os.path.dirname(HERE), "profiles")
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+MIG_RE = re.compile(r"^(?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$")
+GIB = 1024 ** 3
+
+BUILTIN_DEFAULTS = {
+    "gpus": {"count": 8, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "architecture": "Hopper",
+             "compute_capability": "9.0", "pci_device_id": "0x233010DE"},
+    "mig": None,
+    "mig_apply": "boot",
+    "memory": "62Gi",
+    "cpus": 32,
+    "driver": {"version": "570.172.08", "compute_utils": "same", "container_toolkit": "1.17.8",
+               "modprobe": True},
+    "uvm": "boot",
+    "dev_char_symlinks": True,
+    "runtime": {"nvidia_hook": True},
+    "kubelet": {"version": "v1.31.4", "verbosity": 4, "flags": [], "config": {}},
+    "faults": {"gpu_uuids_change_on_reboot": False},
+    "setup": {"reboots": 0},
+    "labels": {},
+    "pods": [],
+    "late_pods": [],
+}
+
+KUBELET_BASE_CONFIG = {
+    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+    "kind": "KubeletConfiguration",
+    "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                       "x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}},
+    "authorization": {"mode": "Webhook"},
+    "cgroupDriver": "systemd",
+    "clusterDNS": ["10.96.0.10"],
+    "clusterDomain": "cluster.local",
+    "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+    "cpuManagerReconcilePeriod": "10s",
+    "evictionPressureTransitionPeriod": "5m0s",
+    "fileCheckFrequency": "20s",
+    "healthzBindAddress": "127.0.0.1",
+    "healthzPort": 10248,
+    "httpCheckFrequency": "20s",
+    "imageMinimumGCAge": "2m0s",
+    "logging": {"flushFrequency": "5s", "verbosity": 0},
+    "memorySwap": {},
+    "nodeStatusReportFrequency": "5m0s",
+    "nodeStatusUpdateFrequency": "10s",
+    "rotateCertificates": True,
+    "runtimeRequestTimeout": "15m0s",
+    "shutdownGracePeriod": "0s",
+    "shutdownGracePeriodCriticalPods": "0s",
+    "staticPodPath": "/etc/kubernetes/manifests",
+    "streamingConnectionIdleTimeout": "4h0m0s",
+    "syncFrequency": "1m0s",
+    "volumeStatsAggPeriod": "1m0s",
+}
+
+
+def deep_merge(base, over):
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def parse_bytes(value, what):
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti)?\s*$", str(value))
+    if not m:
+        raise LabError("%s: %r is not a memory size like 62Gi" % (what, value))
+    mult = {"Ki": 1024, "Mi": 1024 ** 2, "Gi": GIB, "Ti": 1024 ** 4, None: 1}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def profile_path(name_or_path):
+    if os.path.sep in name_or_path or name_or_path.endswith((".yml", ".yaml")):
+        return name_or_path
+    return os.path.join(PROFILE_DIR, name_or_path + ".yml")
+
+
+def load_profile(name_or_path, node_count=None):
+    path = profile_path(name_or_path)
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise LabError("cannot read profile %s: %s" % (path, exc.strerror))
+    except yaml.YAMLError as exc:
+        raise LabError("profile %s is not valid YAML: %s" % (path, exc))
+    return expand(doc, path, node_count)
+
+
+def expand(doc, where="profile", node_count=None):
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or not doc["nodes"]:
+        raise LabError("%s: needs a non-empty 'nodes' list" % where)
+    defaults = deep_merge(BUILTIN_DEFAULTS, doc.get("defaults") or {})
+    nodes = list(doc["nodes"])
+    if node_count is not None:
+        if node_count < 1:
+            raise LabError("--nodes must be at least 1, not %d" % node_count)
+        # repeat the profile's node list to reach the count (gpu-0, gpu-1, ...)
+        template = nodes
+        nodes = []
+        for i in range(node_count):
+            n = copy.deepcopy(template[i % len(template)])
+            if i >= len(template):
+                n["name"] = "%s-%d" % (n["name"], i // len(template))
+            nodes.append(n)
+    out = []
+    seen = set()
+    for idx, raw in enumerate(nodes):
+        if not isinstance(raw, dict) or not raw.get("name"):
+            raise LabError("%s: node #%d has no name" % (where, idx + 1))
+        node = deep_merge(defaults, raw)
+        node["index"] = idx
+        validate_node(node, where)
+        if node["name"] in seen:
+            raise LabError("%s: node name %r is used twice" % (where, node["name"]))
+        seen.add(node["name"])
+        out.append(node)
+    cluster = doc.get("cluster") or {}
+    manifests = cluster.get("manifests") or []
+    if not isinstance(manifests, list):
+        raise LabError("%s: cluster.manifests must be a list of Kubernetes objects" % where)
+    return {"name": doc.get("name") or os.path.splitext(os.path.basename(str(where)))[0],
+            "description": doc.get("description", ""), "nodes": out, "manifests": manifests,
+            "source": where}
+
+
+def _mig_layout(node, where):
+    mig = node.get("mig")
+    count = node["gpus"]["count"]
+    layout = [None] * count
+    if mig in (None, False):
+        return layout
+    if isinstance(mig, list):
+        items = enumerate(mig)
+    elif isinstance(mig, dict):
+        items = mig.items()
+    else:
+        raise LabError("%s: node %s: mig must be a list (one entry per GPU) or a map GPU index -> "
+                       "profiles, not %r" % (where, node["name"], mig))
+    for gpu, profiles in items:
+        try:
+            gpu = int(gpu)
+        except (TypeError, ValueError):
+            raise LabError("%s: node %s: mig GPU index %r is not a number" % (where, node["name"], gpu))
+        if not 0 <= gpu < count:
+            raise LabError("%s: node %s: mig names GPU %d but the node has %d GPUs"
+                           % (where, node["name"], gpu, count))
+        if profiles in (None, False, []):
+            continue
+        if not isinstance(profiles, list) or not all(isinstance(p, str) and MIG_RE.match(p) for p in profiles):
+            raise LabError("%s: node %s: MIG layout of GPU %d must be a list of profiles like 3g.40gb, "
+                           "not %r" % (where, node["name"], gpu, profiles))
+        slices = sum(int(re.search(r"(\d+)g\.", p).group(1)) for p in profiles)
+        if slices > 7:
+            raise LabError("%s: node %s: MIG layout %r of GPU %d needs %d slices (at most 7)"
+                           % (where, node["name"], profiles, gpu, slices))
+        layout[gpu] = profiles
+    return layout
+
+
+def validate_node(node, where):
+    name = node["name"]
+    if not NAME_RE.match(name):
+        raise LabError("%s: node name %r must be a DNS label of at most 32 characters" % (where, name))
+    g = node["gpus"]
+    if not isinstance(g.get("count"), int) or not 0 <= g["count"] <= 16:
+        raise LabError("%s: node %s: gpus.count must be 0..16, not %r" % (where, name, g.get("count")))
+    node["mig_layout"] = _mig_layout(node, where)
+    if node["mig_apply"] not in ("boot", "after-device-plugin"):
+        raise LabError("%s: node %s: mig_apply must be boot or after-device-plugin, not %r"
+                       % (where, name, node["mig_apply"]))
+    node["memory_bytes"] = parse_bytes(node["memory"], "%s: node %s: memory" % (where, name))
+    if not isinstance(node["cpus"], int) or node["cpus"] < 1:
+        raise LabError("%s: node %s: cpus must be a positive integer, not %r" % (where, name, node["cpus"]))
+    if node["uvm"] not in ("boot", "late", "never"):
+        raise LabError("%s: node %s: uvm must be boot, late or never, not %r" % (where, name, node["uvm"]))
+    d = node["driver"]
+    if d.get("version") is not None and not re.match(r"^\d+\.\d+(\.\d+)?$", str(d["version"])):
+        raise LabError("%s: node %s: driver.version %r is not a driver version" % (where, name, d["version"]))
+    cu = d.get("compute_utils", "same")
+    if cu not in ("same", "none") and not re.match(r"^\d+\.\d+(\.\d+)?$", str(cu)):
+        raise LabError("%s: node %s: driver.compute_utils must be same, none or a version, not %r"
+                       % (where, name, cu))
+    kcfg = node["kubelet"].get("config")
+    if not isinstance(kcfg, dict):
+        raise LabError("%s: node %s: kubelet.config must be a mapping" % (where, name))
+    if not isinstance(node["kubelet"].get("flags", []), list):
+        raise LabError("%s: node %s: kubelet.flags must be a list" % (where, name))
+    for key in ("pods", "late_pods"):
+        if not isinstance(node.get(key), list):
+            raise LabError("%s: node %s: %s must be a list" % (where, name, key))
+
+
+def kubelet_config(node):
+    """The KubeletConfiguration file content for a node (base + profile keys; null removes)."""
+    cfg = deep_merge(KUBELET_BASE_CONFIG, node["kubelet"].get("config") or {})
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def packages_for(node, catalog_versions):
+    """apt-get install arguments for the node's driver stack (name=version)."""
+    from .packages import deb_version, toolkit_deb_version
+    d = node["driver"]
+    out = []
+    version = d.get("version")
+    if version:
+        if version not in catalog_versions["driver_versions"]:
+            raise LabError("node %s: driver %s is not in lab/packages/catalog.yml (%s)"
+                           % (node["name"], version, ", ".join(catalog_versions["driver_versions"])))
+        branch = version.split(".")[0]
+        dv = deb_version(version)
+        # apt does not pick older versions of exact-version dependencies by itself: name the set
+        for pkg in ("nvidia-driver", "libnvidia-compute", "nvidia-utils", "nvidia-kernel-common", "nvidia-dkms"):
+            out.append("%s-%s=%s" % (pkg, branch, dv))
+        cu = d.get("compute_utils", "same")
+        if cu == "same":
+            out.append("nvidia-compute-utils-%s=%s" % (branch, dv))
+        elif cu != "none":
+            if cu not in catalog_versions["driver_versions"]:
+                raise LabError("node %s: compute_utils %s is not in the package catalog" % (node["name"], cu))
+            out.append("nvidia-compute-utils-%s=%s" % (branch, deb_version(cu)))
+        if d.get("modprobe", True):
+            out.append("nvidia-modprobe=%s" % dv)
+    tk = d.get("container_toolkit")
+    if tk:
+        if tk not in catalog_versions["container_toolkit_versions"]:
+            raise LabError("node %s: container_toolkit %s is not in the package catalog" % (node["name"], tk))
+        tv = toolkit_deb_version(tk)
+        out += ["nvidia-container-toolkit=%s" % tv, "nvidia-container-toolkit-base=%s" % tv]
+    return out
+
+
+def pod_objects(node, spec, default_ns="default"):
+    """A profile pod entry -> the objects to create: [ReplicaSet, Pod] (the pod owned by the
+    ReplicaSet, as a Deployment's pod is, so drains need no --force) or [Pod] with
+    ``controller: none`` or a full manifest."""
+    pod = pod_manifest(node, spec, default_ns)
+    if "apiVersion" in spec or spec.get("controller", "replicaset") == "none":
+        return [pod]
+    md = pod["metadata"]
+    rs_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, "kubegpu-lab/%s/%s/%s" % (node["name"], md["namespace"], md["name"])))
+    md["labels"]["kubegpu.io/workload"] = md["name"]
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+          "metadata": {"name": md["name"], "namespace": md["namespace"], "uid": rs_uid,
+                       "labels": dict(md["labels"])},
+          "spec": {"replicas": 1, "selector": {"matchLabels": {"kubegpu.io/workload": md["name"]}},
+                   "template": {"metadata": {"labels": dict(md["labels"])},
+                                "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}}}}
+    md["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": md["name"],
+                              "uid": rs_uid, "controller": True, "blockOwnerDeletion": True}]
+    return [rs, pod]
+
+
+def pod_manifest(node, spec, default_ns="default"):
+    """A short pod entry of a profile (or a full manifest) -> a Pod bound to the node."""
+    if "apiVersion" in spec:
+        pod = copy.deepcopy(spec)
+        pod.setdefault("spec", {})["nodeName"] = node["name"]
+        return pod
+    name = spec.get("name")
+    if not name:
+        raise LabError("node %s: a pod entry needs a name" % node["name"])
+    name = name.replace("{node}", node["name"])
+    resources = {}
+    gpus = spec.get("gpus", 0)
+    if gpus:
+        resources = {"limits": {spec.get("resource", "nvidia.com/gpu"): str(gpus)}}
+    container = {"name": spec.get("container", "main"),
+                 "image": spec.get("image", "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04" if gpus
+                                   else "registry.k8s.io/pause:3.10"),
+                 "resources": resources}
+    if spec.get("cpu") or spec.get("memory_request"):
+        req = {}
+        if spec.get("cpu"):
+            req["cpu"] = str(spec["cpu"])
+        if spec.get("memory_request"):
+            req["memory"] = str(spec["memory_request"])
+        container["resources"] = deep_merge(container["resources"], {"requests": req, "limits": req})
+    labels = dict(spec.get("labels") or {})
+    labels.setdefault("app", spec.get("app", name))
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": spec.get("namespace", default_ns), "labels": labels},
+           "spec": {"nodeName": node["name"], "containers": [container],
+                    "terminationGracePeriodSeconds": spec.get("grace", 5),
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
+    return pod
