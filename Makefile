@@ -18,7 +18,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLL_PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help deps venv tree pip-bootstrap sanity units modules lint integration test demo bench clean
+.PHONY: help deps venv tree pip-bootstrap molecule demo-down sanity units modules lint integration test demo bench clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -93,10 +93,22 @@ integration: tree
 	$(BIN)/pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS)
 	$(BIN)/pytest -q -p no:cacheprovider tests/lab $(LAB_PYTEST_ARGS)
 
-test: deps sanity units modules lint integration
+# Molecule scenarios on booted lab nodes (create/converge/idempotence/check/verify/destroy).
+MOLECULE_SCENARIOS ?= lab-smoke audit
+molecule: deps tree
+	for s in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
+test: deps sanity units modules lint integration molecule
+
+# Boots the six-node lab (one node per seed failure mode plus a healthy one; needs root),
+# audits it and prints the report. The lab stays up: `make demo-down` removes it.
 demo: deps tree
-	$(BIN)/ansible-playbook -i playbooks/inventory/localhost.yml playbooks/audit.yml
+	KUBEGPU_AUDIT_REPORT_DIR=$(CURDIR)/kubegpu-audit $(BIN)/ansible-playbook playbooks/lab_demo.yml
+	@echo; cat $(CURDIR)/kubegpu-audit/kubegpu-audit.md
+	@echo "HTML report: $(CURDIR)/kubegpu-audit/kubegpu-audit.html"
+
+demo-down: tree
+	PYTHONPATH=lab $(BIN)/python -m kubegpu_lab down --name demo
 
 bench: tree
 	@echo "benchmarks arrive with the bench issue"

@@ -847,3 +847,38 @@ def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VE
     facts["sources"] = sources
     facts["errors"] = errors
     return facts
+
+
+# ------------------------------------------------------------------------------ kubelet log
+
+_GPA_MSG = '"Issuing a GetPreferredAllocation call for container"'
+_ALLOC_MSG = '"Making allocation request for device plugin"'
+_KLOG_KV_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_EPOCH_RE = re.compile(r"^(\d{9,11}(?:\.\d+)?)\s")
+
+
+def unanswered_allocations(lines, now=None):
+    """Device-plugin calls the kubelet issued and never got past (domain-facts §2).
+
+    ``lines`` are kubelet log lines, optionally prefixed with a Unix time as
+    ``journalctl -o short-unix`` prints them. The kubelet (verbosity >= 4) logs
+    "Issuing a GetPreferredAllocation call for container" before the RPC and "Making allocation
+    request for device plugin" after it returns. Admission is serial, so any later allocation
+    request means the earlier calls returned; the calls after the last one are still waiting.
+    Returns ``[{"pod", "container", "time", "age_seconds"}]`` (time/age None without timestamps).
+    """
+    pending = []
+    for line in lines:
+        if _ALLOC_MSG in line:
+            pending = []
+            continue
+        if _GPA_MSG not in line:
+            continue
+        ts = None
+        m = _EPOCH_RE.match(line)
+        if m:
+            ts = float(m.group(1))
+        kv = dict(_KLOG_KV_RE.findall(line.split(_GPA_MSG, 1)[1]))
+        pending.append({"pod": kv.get("pod") or kv.get("podUID"), "container": kv.get("containerName"),
+                        "time": ts, "age_seconds": (int(now - ts) if (now is not None and ts is not None) else None)})
+    return pending

@@ -47,6 +47,23 @@ options:
       - KubeletConfiguration file to read, overriding the kubelet's C(--config) flag and the
         default C(/var/lib/kubelet/config.yaml). Must be an absolute path. It is read as given.
     type: path
+  scan_journal:
+    description:
+      - Read the kubelet's journal (C(journalctl -u <journal_unit> --since <journal_since>)) for
+        device-plugin calls that never returned - the kubelet logs C(Issuing a
+        GetPreferredAllocation call for container) and, once the plugin answers, C(Making
+        allocation request for device plugin) (verbosity 4 or more). Reported in
+        RV(ansible_facts.kubelet.allocation_log). No journal is not an error.
+    type: bool
+    default: true
+  journal_unit:
+    description: systemd unit of the kubelet.
+    type: str
+    default: kubelet
+  journal_since:
+    description: How far back to read the journal (C(journalctl --since) syntax).
+    type: str
+    default: -2h
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
@@ -251,6 +268,16 @@ ansible_facts:
           description: MemTotal from C(<proc_path>/meminfo), in bytes, or null.
           type: int
           returned: always
+        allocation_log:
+          description:
+            - What the kubelet's journal says about device-plugin calls (see O(scan_journal)).
+              C(unanswered) lists GetPreferredAllocation calls after which no allocation request
+              was made (C(pod), C(container), C(time), C(age_seconds)): with a hung plugin the
+              kubelet blocks there and admits no pod. C(source) is V(journal) or null, C(error) why not.
+          type: dict
+          returned: always
+          sample: {"source": "journal", "unit": "kubelet", "since": "-2h", "error": null,
+                   "unanswered": [{"pod": "ml/train-late", "container": "main", "time": 1795323600.5, "age_seconds": 420}]}
         memory:
           description: Memory reservations and hard eviction, in bytes where they are known.
           type: dict
@@ -322,10 +349,33 @@ ansible_facts:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import gather_kubelet_facts
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import gather_kubelet_facts, unanswered_allocations
+
+
+def allocation_log(module):
+    """Unanswered device-plugin calls from the kubelet's journal (never fails the task)."""
+    p = module.params
+    out = {"source": None, "unit": p["journal_unit"], "since": p["journal_since"], "error": None,
+           "unanswered": []}
+    if not p["scan_journal"]:
+        return out
+    journalctl = module.get_bin_path("journalctl")
+    if journalctl is None:
+        out["error"] = "journalctl not found"
+        return out
+    rc, stdout, stderr = module.run_command(
+        [journalctl, "-u", p["journal_unit"], "--since", p["journal_since"], "-o", "short-unix",
+         "--no-pager", "-q"], environ_update={"SYSTEMD_PAGER": "", "LC_ALL": "C"})
+    if rc != 0:
+        out["error"] = (stderr or stdout).strip()[:500] or "journalctl exited %d" % rc
+        return out
+    out["source"] = "journal"
+    out["unanswered"] = unanswered_allocations(stdout.splitlines(), now=time.time())
+    return out
 
 
 def main():
@@ -333,6 +383,9 @@ def main():
         argument_spec=dict(
             proc_path=dict(type="path", default="/proc"),
             config_path=dict(type="path"),
+            scan_journal=dict(type="bool", default=True),
+            journal_unit=dict(type="str", default="kubelet"),
+            journal_since=dict(type="str", default="-2h"),
         ),
         supports_check_mode=True,
     )
@@ -349,6 +402,7 @@ def main():
 
     facts = gather_kubelet_facts(proc_path=proc_path, config_path=config_path,
                                  path_binary=module.get_bin_path("kubelet"))
+    facts["allocation_log"] = allocation_log(module)
     module.exit_json(changed=False, ansible_facts={"kubelet": facts})
 
 

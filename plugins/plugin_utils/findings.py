@@ -155,7 +155,8 @@ def rule_admission(ctx, pending_threshold_s):
     api = ctx.get("api") or {}
     stuck = [p for p in api.get("pending_pods") or []
              if (p.get("pending_seconds") or 0) >= pending_threshold_s and not p.get("kubelet_events")]
-    log_hits = _g(ctx, "kubelet_log", "unanswered_allocations") or []
+    log_hits = [u for u in _g(ctx, "kubelet", "allocation_log", "unanswered", default=[]) or []
+                if u.get("age_seconds") is None or u["age_seconds"] >= pending_threshold_s]
     if not stuck and not log_hits:
         return []
     return [finding("kubelet.admission_blocked", {
@@ -301,7 +302,7 @@ def rule_module_failures(ctx):
 
 def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()):
     """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
-    cgroups, api, kubelet_log, errors (probe name -> message)."""
+    cgroups, api, errors (probe name -> message)."""
     out = []
     out += rule_driver(ctx)
     out += rule_nvml(ctx)

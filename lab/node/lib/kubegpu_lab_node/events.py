@@ -62,6 +62,7 @@ def main(argv):
             kstate = kernel.load_state()
             if kstate and "nvidia" in kstate["modules"]:
                 kernel.create_cap_nodes(kstate, cfg)
+                kernel.write_proc(kstate, cfg)
     with open(DONE, "w") as f:
         f.write("%d\n" % time.time())
     log("done")

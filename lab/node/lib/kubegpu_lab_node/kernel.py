@@ -238,6 +238,7 @@ def write_proc(state, cfg=None):
             _put(os.path.join(d, "information"), gpu_information_text(dev, version))
         os.makedirs(os.path.join(drv, "nvidia-caps"), exist_ok=True)
         _put(os.path.join(drv, "nvidia-caps", "mig-minors"), hw.mig_minors_text(len(cfg.get("gpus", []))))
+        write_mig_capabilities(os.path.join(drv, "nvidia", "capabilities"), hw.devices(cfg, hw_state))
     else:
         for name in ("nvidia", "nvidia-caps"):
             subprocess.call(["rm", "-rf", os.path.join(drv, name)])
@@ -245,6 +246,26 @@ def write_proc(state, cfg=None):
         os.makedirs(os.path.join(drv, "nvidia-uvm"), exist_ok=True)
     else:
         subprocess.call(["rm", "-rf", os.path.join(drv, "nvidia-uvm")])
+
+
+def write_mig_capabilities(capdir, devices):
+    """``driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access`` for every MIG
+    instance, as the driver exposes them (served by the kernel module, so they still read when
+    NVML hangs). Rewritten whole: repartitioning MIG removes old instances."""
+    subprocess.call(["rm", "-rf", capdir])
+    for dev in devices:
+        base = os.path.join(capdir, "gpu%d" % dev["minor"], "mig")
+        os.makedirs(base, exist_ok=True)
+        for inst in dev["instances"]:
+            gi_dir = os.path.join(base, "gi%d" % inst["gi"])
+            ci_dir = os.path.join(gi_dir, "ci%d" % inst["ci"])
+            os.makedirs(ci_dir, exist_ok=True)
+            _put(os.path.join(gi_dir, "access"), _cap_access_text(inst["gi_minor"]))
+            _put(os.path.join(ci_dir, "access"), _cap_access_text(inst["ci_minor"]))
+
+
+def _cap_access_text(minor):
+    return "DeviceFileMinor: %d\nDeviceFileMode: 292\nDeviceFileModify: 1\n" % minor
 
 
 def _put(path, text):
@@ -527,6 +548,7 @@ def main(argv=None):
             state = load_state()
             if state and "nvidia" in state["modules"]:
                 create_cap_nodes(state)
+                write_proc(state)
         elif argv[:1] == ["status"]:
             print(json.dumps(status(), indent=2, sort_keys=True))
         else:

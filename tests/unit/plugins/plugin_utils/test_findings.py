@@ -212,3 +212,13 @@ def test_outdated_device_plugin_daemonset_is_a_cluster_finding():
     f = fd.evaluate_cluster(view["device_plugin_daemonsets"])
     assert [x["id"] for x in f] == ["cluster.device_plugin_outdated"] and f[0]["node"] is None
     assert fd.plugin_version("repo/k8s-device-plugin@sha256:abc") is None
+
+
+def test_admission_blocked_from_kubelet_journal_alone():
+    kl = {"allocation_log": {"source": "journal", "unanswered": [
+        {"pod": "ml/train-late", "container": "main", "time": 1.0, "age_seconds": 400}]}}
+    f = fd.evaluate_node({"kubelet": kl}, pending_threshold_s=300)
+    assert ids(f) == ["kubelet.admission_blocked"]
+    assert f[0]["evidence"]["kubelet_log_unanswered_allocations"][0]["pod"] == "ml/train-late"
+    young = {"allocation_log": {"unanswered": [{"pod": "ml/x", "age_seconds": 10}]}}
+    assert fd.evaluate_node({"kubelet": young}, pending_threshold_s=300) == []
