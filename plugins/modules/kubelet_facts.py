@@ -272,8 +272,8 @@ ansible_facts:
           description:
             - What the kubelet's journal says about device-plugin calls (see O(scan_journal)).
               C(unanswered) lists GetPreferredAllocation calls after which no allocation request
-              was made (C(pod), C(container), C(time), C(age_seconds)): with a hung plugin the
-              kubelet blocks there and admits no pod. C(source) is V(journal) or null, C(error) why not.
+              was made (C(pod), C(container), C(time), C(age_seconds)); with a hung plugin the
+              kubelet blocks there and admits no pod. C(source) is V(journal) or null, C(error) says why not.
           type: dict
           returned: always
           sample: {"source": "journal", "unit": "kubelet", "since": "-2h", "error": null,

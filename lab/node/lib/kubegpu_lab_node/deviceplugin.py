@@ -56,6 +56,13 @@ def recv(f):
     return json.loads(line)
 
 
+def socket_identity(path):
+    """(inode, ctime) of the kubelet socket: a restarted kubelet's new socket can reuse the old
+    inode number, so the inode alone misses restarts (the real plugin uses fsnotify create events)."""
+    st = os.stat(path)
+    return (st.st_ino, st.st_ctime_ns)
+
+
 class Plugin(object):
     def __init__(self):
         self.pass_specs = truthy(os.environ.get("PASS_DEVICE_SPECS", "false"))
@@ -93,7 +100,7 @@ class Plugin(object):
     def register(self):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(KUBELET_SOCK)
-        self.kubelet_ino = os.stat(KUBELET_SOCK).st_ino
+        self.kubelet_ino = socket_identity(KUBELET_SOCK)
         with s, s.makefile("r") as f:
             send(s, {"method": "Register", "version": "v1beta1", "endpoint": ENDPOINT,
                      "resources": {k: sorted(v) for k, v in self.resources.items()},
@@ -183,7 +190,7 @@ class Plugin(object):
         while True:
             time.sleep(1)
             try:
-                ino = os.stat(KUBELET_SOCK).st_ino
+                ino = socket_identity(KUBELET_SOCK)
             except OSError:
                 continue
             if ino != self.kubelet_ino:
