@@ -18,7 +18,37 @@ _DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 _SEMVER_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
 
-class DriverVersion:
+class _Ordered:
+    """Total ordering on ``key()``; equal only to an instance of the same class."""
+
+    __slots__ = ()
+
+    def key(self):
+        raise NotImplementedError
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self.key() == other.key()
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __lt__(self, other):
+        return self.key() < other.key()
+
+    def __le__(self, other):
+        return self.key() <= other.key()
+
+    def __gt__(self, other):
+        return self.key() > other.key()
+
+    def __ge__(self, other):
+        return self.key() >= other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+
+class DriverVersion(_Ordered):
     """An NVIDIA driver version. Ordering is numeric per component."""
 
     __slots__ = ("text", "parts")
@@ -40,27 +70,6 @@ class DriverVersion:
 
     def key(self):
         return self.parts + (0,) * (3 - len(self.parts))
-
-    def __eq__(self, other):
-        return isinstance(other, DriverVersion) and self.key() == other.key()
-
-    def __ne__(self, other):
-        return not self == other
-
-    def __lt__(self, other):
-        return self.key() < other.key()
-
-    def __le__(self, other):
-        return self.key() <= other.key()
-
-    def __gt__(self, other):
-        return self.key() > other.key()
-
-    def __ge__(self, other):
-        return self.key() >= other.key()
-
-    def __hash__(self):
-        return hash(self.key())
 
     def __repr__(self):
         return "DriverVersion(%r)" % self.text
@@ -101,7 +110,7 @@ def in_range(version, first=None, last=None):
     return True
 
 
-class SemVer:
+class SemVer(_Ordered):
     """Semantic version with pre-release ordering (1.0.0-beta5 < 1.0.0-rc.1 < 1.0.0).
 
     Used for the device plugin (``v0.17.0``, ``1.0.0-beta5``) and the container toolkit.
@@ -123,27 +132,6 @@ class SemVer:
         # A release sorts after all of its pre-releases.
         return (self.core, (1,) if self.pre is None else (0,) + self.pre)
 
-    def __lt__(self, other):
-        return self.key() < other.key()
-
-    def __le__(self, other):
-        return self.key() <= other.key()
-
-    def __gt__(self, other):
-        return self.key() > other.key()
-
-    def __ge__(self, other):
-        return self.key() >= other.key()
-
-    def __eq__(self, other):
-        return isinstance(other, SemVer) and self.key() == other.key()
-
-    def __ne__(self, other):
-        return not self == other
-
-    def __hash__(self):
-        return hash(self.key())
-
     def __repr__(self):
         return "SemVer(%r)" % self.text
 
@@ -156,7 +144,7 @@ def _pre_key(part):
     return (1, part, -1) if not part.isdigit() else (0, "", int(part))
 
 
-class DevicePluginVersion:
+class DevicePluginVersion(_Ordered):
     """NVIDIA k8s-device-plugin release order, which plain semver gets wrong.
 
     The plugin's tags went ``v1.8``..``v1.12`` (versioned after Kubernetes), then
@@ -194,27 +182,6 @@ class DevicePluginVersion:
     def passes_device_specs(self):
         """Whether this release has --pass-device-specs (added in 1.0.0-beta5, commit ea604b28)."""
         return self.era >= 2 or (self.era == 1 and self.parts[0] >= 5)
-
-    def __lt__(self, other):
-        return self.key() < other.key()
-
-    def __le__(self, other):
-        return self.key() <= other.key()
-
-    def __gt__(self, other):
-        return self.key() > other.key()
-
-    def __ge__(self, other):
-        return self.key() >= other.key()
-
-    def __eq__(self, other):
-        return isinstance(other, DevicePluginVersion) and self.key() == other.key()
-
-    def __ne__(self, other):
-        return not self == other
-
-    def __hash__(self):
-        return hash(self.key())
 
     def __repr__(self):
         return "DevicePluginVersion(%r)" % self.text

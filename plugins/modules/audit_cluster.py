@@ -42,16 +42,7 @@ options:
     default: k8s-device-plugin
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: all
-    details: Runs on the controller.
-author:
-  - kubegpu.fleet maintainers (@kubegpu)
+  - kubegpu.fleet.controller_action
 """
 
 EXAMPLES = r"""

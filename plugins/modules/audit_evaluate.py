@@ -67,16 +67,7 @@ options:
     default: []
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: all
-    details: Runs on the controller.
-author:
-  - kubegpu.fleet maintainers (@kubegpu)
+  - kubegpu.fleet.controller_action
 """
 
 EXAMPLES = r"""

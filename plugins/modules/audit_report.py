@@ -54,17 +54,11 @@ options:
     default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.controller_action
 attributes:
   check_mode:
     support: full
     details: Writes the report in check mode too; nothing on the nodes changes.
-  diff_mode:
-    support: none
-  platform:
-    platforms: all
-    details: Runs on the controller.
-author:
-  - kubegpu.fleet maintainers (@kubegpu)
 """
 
 EXAMPLES = r"""
