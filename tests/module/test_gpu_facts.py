@@ -141,15 +141,8 @@ def test_r570_hang_returns_hung(ansible, node):
 def frozen_cgroup():
     if not fakenvml.freezer_available():
         pytest.skip("cgroup v1 freezer not available at %s" % fakenvml.FREEZER_ROOT)
-    # The module exits and leaves its frozen child behind; as subreaper this test process
-    # inherits it and can reap it after the thaw.
-    assert fakenvml.set_child_subreaper(True)
-    cg = fakenvml.FreezerCgroup()
-    yield cg
-    try:
-        cg.cleanup()
-    finally:
-        fakenvml.set_child_subreaper(False)
+    with fakenvml.reaped_freezer_cgroup() as cg:
+        yield cg
 
 
 def test_unkillable_probe_does_not_block_ansible(ansible, node, frozen_cgroup):

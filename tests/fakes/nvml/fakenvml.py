@@ -12,6 +12,7 @@
 """
 from __future__ import absolute_import, division, print_function
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -315,3 +316,21 @@ def _is_zombie(pid):
     except (IOError, OSError):
         return None
     return data[data.rfind(b")") + 2:].split()[0] == b"Z"
+
+
+@contextlib.contextmanager
+def reaped_freezer_cgroup():
+    """A freezer cgroup for the "unkillable" hang, with this process as child subreaper.
+
+    A frozen probe outlives the module (or its killed parent); as subreaper the test process
+    inherits it and can reap it once ``cleanup`` has thawed it.
+    """
+    assert set_child_subreaper(True)
+    cg = FreezerCgroup()
+    try:
+        yield cg
+    finally:
+        try:
+            cg.cleanup()
+        finally:
+            set_child_subreaper(False)

@@ -17,14 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
 FIX = os.path.join(REPO, "tests", "fixtures", "checkpoint")
 
-GPU_A = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"
-GPU_B = "GPU-8f6e3c1a-0b7d-6f4e-2a9c-3e1d5b7a9c02"
-GPU_C = "GPU-1c2d3e4f-5a6b-7c8d-9e0f-a1b2c3d4e5f6"
-GPU_D = "GPU-e7f80912-3a4b-5c6d-7e8f-90a1b2c3d4e5"
-GPU_NEW = "GPU-0a3c2b21-6d0f-4d4b-b2b5-0f8e0f6c1d11"
-MIG_1 = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
-MIG_2 = "MIG-0e6a4c5f-8a93-5b7e-9f21-6d2a3b4c5d6e"
-MIG_3 = "MIG-9b1f2e3d-4c5b-5a69-8877-665544332211"
+sys.path.insert(0, FIX)
+from checkpoint_ids import (  # noqa: E402  pylint: disable=wrong-import-position
+    GPU_A, GPU_B, GPU_C, GPU_D, GPU_NEW, MIG_1, MIG_2, MIG_3)
 LEGACY = ["MIG-%s/%d/0" % (GPU_A, gi) for gi in (7, 8, 9)]
 
 

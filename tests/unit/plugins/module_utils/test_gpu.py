@@ -273,15 +273,8 @@ def test_explicit_hang_in_a_device_call(node):
 def freezer():
     if not fakenvml.freezer_available():
         pytest.skip("cgroup v1 freezer not available at %s" % fakenvml.FREEZER_ROOT)
-    # With the nvidia_smi backend the frozen process is a grandchild; as subreaper this test
-    # process inherits it once its parent is killed, and can reap it after the thaw.
-    assert fakenvml.set_child_subreaper(True)
-    cg = fakenvml.FreezerCgroup()
-    yield cg
-    try:
-        cg.cleanup()
-    finally:
-        fakenvml.set_child_subreaper(False)
+    with fakenvml.reaped_freezer_cgroup() as cg:
+        yield cg
 
 
 @pytest.mark.parametrize("backend", ["nvml", "nvidia_smi"])
