@@ -110,8 +110,11 @@ demo: deps tree
 demo-down: tree
 	PYTHONPATH=lab $(BIN)/python -m kubegpu_lab down --name demo
 
-bench: tree
-	@echo "benchmarks arrive with the bench issue"
+# Benchmarks (not part of test; needs root, boots a 20-node lab, 10-15 min): prints ratios against
+# baselines run in the same invocation, writes bench/results/*.json and docs/benchmarks.md.
+BENCH_ARGS   ?=
+bench: deps tree
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD) tests/output

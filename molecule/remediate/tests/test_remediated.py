@@ -1,0 +1,236 @@
+"""Molecule verify (testinfra) for the remediate scenario: each seeded failure was fixed by the
+right role, the final audit is clean, and the rollout respected the unavailability budget.
+
+Runs once per lab node (``--hosts ansible://gpu_nodes``); cluster checks use the real
+kubernetes client against the lab's API double (kubeconfig from the inventory).
+"""
+import json
+import os
+import time
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
+STATE = os.path.join(EPHEMERAL, "remediate")
+INVENTORY = os.path.join(os.environ.get("KUBEGPU_LAB_ROOT", "/var/lib/kubegpu-lab"),
+                         "molecule-remediate", "inventory.yml")
+OPERATOR_CORDONED = "gpu-uuid"
+MAX_UNAVAILABLE = 2
+TARGET = "570.172.08"
+
+
+def inventory_vars():
+    with open(INVENTORY) as fh:
+        return yaml.safe_load(fh)["all"]["vars"]
+
+
+@pytest.fixture(scope="module")
+def api():
+    k8s_config.load_kube_config(config_file=inventory_vars()["kubegpu_kubeconfig"])
+    return k8s.CoreV1Api()
+
+
+@pytest.fixture(scope="module")
+def history():
+    path = os.path.join(os.path.dirname(inventory_vars()["kubegpu_kubeconfig"]), "api", "history.jsonl")
+    with open(os.path.join(STATE, "history_lines")) as fh:
+        start = int(fh.read().strip() or 0)
+    with open(path) as fh:
+        return [json.loads(line) for line in fh.readlines()[start:] if line.strip()]
+
+
+def seed_of(host):
+    return host.ansible.get_variables()["kubegpu_lab_seed"]
+
+
+def node_of(host):
+    return host.ansible.get_variables()["inventory_hostname"]
+
+
+def dpkg_version(host, pkg):
+    cmd = host.run("dpkg-query -W -f '${Status}|${Version}' %s" % pkg)
+    status, _, version = cmd.stdout.partition("|")
+    return version if cmd.rc == 0 and status.endswith(" installed") else None
+
+
+def gpu_pod(api, node, name):
+    """A fresh GPU pod bound to ``node`` (no scheduler in the lab: nodeName set); returns its
+    container's devices.list lines once Running."""
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": "verify"}},
+            "spec": {"nodeName": node, "restartPolicy": "Never",
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    api.create_namespaced_pod("default", body)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pod = api.read_namespaced_pod(name, "default")
+        if pod.status.phase == "Running":
+            return pod
+        assert pod.status.phase not in ("Failed", "Succeeded"), pod.status
+        time.sleep(1)
+    raise AssertionError("pod %s on %s never ran: %s" % (name, node, pod.status))
+
+
+def container_devices(host, pod_name):
+    script = r'''
+import json, os
+root = "/run/kubegpu-lab/cgroup/devices"
+out = []
+for d, dirs, files in os.walk(root):
+    if "devices.list" not in files or "cgroup.procs" not in files:
+        continue
+    pids = open(os.path.join(d, "cgroup.procs")).read().split()
+    for pid in pids:
+        try:
+            env = dict(e.split("=", 1) for e in open("/proc/%s/environ" % pid).read().split("\0") if "=" in e)
+        except OSError:
+            continue
+        if env.get("HOSTNAME") == POD and env.get("NVIDIA_VISIBLE_DEVICES"):
+            out.append([l.strip() for l in open(os.path.join(d, "devices.list")) if l.strip()])
+            break
+print(json.dumps(out))
+'''.replace("POD", json.dumps(pod_name))
+    cmd = host.run("python3 -c %s" % _quote(script))
+    assert cmd.rc == 0, cmd.stderr
+    lists = json.loads(cmd.stdout)
+    assert lists, "no GPU container of %s found on the node" % pod_name
+    return lists[0]
+
+
+def _quote(text):
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def proc_major(host, name):
+    out = host.check_output("awk '$2 == \"%s\" {print $1}' /proc/devices" % name).split()
+    return out[0] if out else None
+
+
+# --------------------------------------------------------------------------------------------
+# The final audit
+
+
+def test_final_audit_is_clean(host):
+    if node_of(host) != "gpu-healthy":
+        pytest.skip("fleet-wide check, run once")
+    with open(os.path.join(STATE, "reports", "after", "kubegpu-audit.json")) as fh:
+        report = json.load(fh)
+    found = {n["name"]: [f["id"] for f in n["findings"]] for n in report["nodes"]}
+    assert report["summary"]["nodes_audited"] == 6
+    assert all(not ids for ids in found.values()), found
+    with open(os.path.join(STATE, "reports", "before", "kubegpu-audit.json")) as fh:
+        before = json.load(fh)
+    assert sum(len(n["findings"]) for n in before["nodes"]) >= 5
+
+
+def test_rollout_respected_budget_and_cordons(host, api, history):
+    if node_of(host) != "gpu-healthy":
+        pytest.skip("fleet-wide check, run once")
+    unavailable = [e.get("unavailable_gpu_nodes") or [] for e in history]
+    assert unavailable and max(len(u) for u in unavailable) <= MAX_UNAVAILABLE, \
+        max(unavailable, key=len)
+    # something was really taken down: nodes other than the operator's were cordoned at some point
+    assert any(set(u) - {OPERATOR_CORDONED} for u in unavailable)
+    nodes = {n.metadata.name: n for n in api.list_node().items}
+    assert nodes[OPERATOR_CORDONED].spec.unschedulable is True
+    for name, node in nodes.items():
+        if name != OPERATOR_CORDONED:
+            assert not node.spec.unschedulable, name
+        ann = node.metadata.annotations or {}
+        assert "kubegpu.io/maintenance-failed" not in ann, (name, ann)
+    # no uncordon of the operator's node, ever
+    for e in history:
+        if e.get("resource") == "nodes" and e.get("name") == OPERATOR_CORDONED and e.get("verb") == "patch":
+            assert '"unschedulable":false' not in (e.get("body") or "").replace(" ", ""), e
+
+
+# --------------------------------------------------------------------------------------------
+# Per seed
+
+
+def test_r570_node_on_fixed_driver_with_compute_utils(host, api):
+    if seed_of(host) != "r570-nvml-hang":
+        pytest.skip("R570 node only")
+    for pkg in ("nvidia-driver-570", "libnvidia-compute-570", "nvidia-utils-570", "nvidia-dkms-570",
+                "nvidia-kernel-common-570", "nvidia-compute-utils-570"):
+        assert (dpkg_version(host, pkg) or "").startswith(TARGET + "-"), pkg
+    assert host.file("/usr/bin/nvidia-cuda-mps-control").exists
+    smi = host.run("timeout 10 nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert smi.rc == 0 and set(smi.stdout.split()) == {TARGET}, smi
+    assert host.file("/proc/driver/nvidia/version").contains(TARGET)
+    held = host.check_output("dpkg --get-selections | awk '$2 == \"hold\" {print $1}'").split()
+    assert "nvidia-driver-570" in held and "nvidia-compute-utils-570" in held
+    # the plugin now advertises the MIG devices the split created before the fix
+    alloc = api.read_node("gpu-r570").status.allocatable
+    assert any(k.startswith("nvidia.com/mig-") for k in alloc), alloc
+
+
+def test_stale_checkpoint_replaced(host):
+    if seed_of(host) != "stale-checkpoint":
+        pytest.skip("UUID-change node only")
+    uuids = set(host.check_output("nvidia-smi -L").replace(")", " ").split())
+    ck = json.loads(host.file("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint").content_string)
+    used = {d for e in ck["Data"]["PodDeviceEntries"] or [] for ids in e["DeviceIDs"].values() for d in ids}
+    assert used <= uuids, used - uuids
+    backups = host.run("find /var/lib/kubelet/device-plugins -maxdepth 1 -name 'kubelet_internal_checkpoint*' "
+                       "! -name kubelet_internal_checkpoint -printf '%m %p\\n'").stdout.split("\n")
+    backups = [b for b in backups if b]
+    assert backups and all(b.startswith("600 ") for b in backups), backups
+
+
+def test_uvm_late_node_gives_gpu_containers_uvm(host, api):
+    if seed_of(host) != "uvm-late":
+        pytest.skip("uvm-late node only")
+    loaded = host.run("grep -rhs '^nvidia[-_]uvm' /etc/modules-load.d/")
+    assert loaded.rc == 0, "nvidia-uvm is not loaded at boot"
+    gpu_pod(api, "gpu-uvm-late", "verify-uvm")
+    try:
+        lines = container_devices(host, "verify-uvm")
+        assert "c %s:0 rwm" % proc_major(host, "nvidia-uvm") in lines, lines
+    finally:
+        api.delete_namespaced_pod("verify-uvm", "default", grace_period_seconds=0)
+
+
+def test_cpumanager_node_keeps_gpu_devices(host, api):
+    if seed_of(host) != "cpumanager-device-specs":
+        pytest.skip("CPU manager node only")
+    ds = k8s.AppsV1Api().read_namespaced_daemon_set("nvidia-device-plugin-legacy", "kube-system")
+    env = {e.name: e.value for e in ds.spec.template.spec.containers[0].env or []}
+    assert env.get("PASS_DEVICE_SPECS") == "true", env
+    gpu_pod(api, "gpu-cpumanager", "verify-cpumanager")
+    try:
+        time.sleep(12)  # past one CPU manager reconcile period (10 s)
+        lines = container_devices(host, "verify-cpumanager")
+        assert any(line.startswith("c 195:") for line in lines), lines
+    finally:
+        api.delete_namespaced_pod("verify-cpumanager", "default", grace_period_seconds=0)
+
+
+def test_memory_reservation_written(host, api):
+    if seed_of(host) != "no-memory-reservation":
+        pytest.skip("no-memory-reservation node only")
+    cfg = yaml.safe_load(host.file("/var/lib/kubelet/config.yaml").content_string)
+    assert cfg["kubeReserved"]["memory"] == "5489Mi", cfg.get("kubeReserved")
+    assert set(cfg["evictionHard"]) == {"memory.available", "nodefs.available", "imagefs.available",
+                                        "nodefs.inodesFree"}
+    assert cfg["cgroupDriver"] == "systemd"  # the rest of the config is intact
+    node = api.read_node("gpu-nomemres").status
+    cap, alloc = node.capacity["memory"], node.allocatable["memory"]
+    assert _bytes(cap) - _bytes(alloc) >= 5489 * (1 << 20)
+
+
+def _bytes(q):
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for u, m in units.items():
+        if q.endswith(u):
+            return int(q[:-2]) * m
+    return int(q)
+
+
+def test_no_node_left_with_a_reboot_sentinel(host):
+    assert not host.file("/run/reboot-required").exists

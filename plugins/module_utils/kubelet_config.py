@@ -1,0 +1,652 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Edit a KubeletConfiguration: merge, compare, emit, size reservations, find overriding flags.
+
+Node side, Python 3.8+, standard library only (PyYAML is optional on nodes): the config is
+parsed with ``kubelet_yaml.load_config_text`` (PyYAML when importable, else its fallback
+parser) and written back with ``emit_yaml``, a block-style emitter whose output both PyYAML and
+the fallback parser read back to the same data. Everything here is a plain function; the
+``kubelet_config`` module does the file I/O.
+
+* ``deep_merge``: settings over the config. Mappings merge key by key, existing keys keep their
+  place, new keys go last; ``None`` removes a key; anything else replaces.
+* ``same`` / ``changed_paths``: semantic comparison (types matter: ``true`` is not ``1``).
+* ``memory_reservation_settings``: kubeReserved/systemReserved memory from the GKE ladder or a
+  quantity, never lowering a larger existing value unless asked, plus a complete evictionHard.
+* ``static_cpu_settings``: the static CPU manager policy needs reserved CPUs.
+* flags: the kubelet flags that override config keys, parsed from the running kubelet's command
+  line, the kubeadm/systemd environment files and unit drop-ins, and removed from environment
+  files when the operator asks for their values to move into the config.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import math
+import re
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+    BOOL_FLAGS,
+    DEFAULT_EVICTION_HARD,
+    QuantityError,
+    gke_reserved_memory_bytes,
+    parse_memory_threshold,
+    parse_quantity,
+    quantity_to_bytes,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
+    ConfigParseError,
+    parse_yaml_subset,
+    resolve_plain,
+)
+
+MIB = 1 << 20
+
+
+class SettingsError(ValueError):
+    """Bad input from the operator (a setting, quantity or policy); the message names it."""
+
+
+# -- merge and compare ----------------------------------------------------------------------
+def deep_merge(base, patch):
+    """``patch`` over ``base`` (both left untouched); see the module docstring for the rules."""
+    if not isinstance(patch, dict):
+        return _copy(patch)
+    if not isinstance(base, dict):
+        return _strip_nulls(patch)
+    out = {}
+    for key, value in base.items():
+        if key in patch:
+            if patch[key] is None:
+                continue
+            out[key] = deep_merge(value, patch[key])
+        else:
+            out[key] = _copy(value)
+    for key, value in patch.items():
+        if key not in base and value is not None:
+            out[key] = _strip_nulls(value)
+    return out
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return dict((k, _copy(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _strip_nulls(value):
+    """A new mapping from a patch: ``None`` values mean "absent" there too."""
+    if isinstance(value, dict):
+        return dict((k, _strip_nulls(v)) for k, v in value.items() if v is not None)
+    return _copy(value)
+
+
+def same(a, b):
+    """Semantic equality of loaded YAML: order of keys ignored, types strict, NaN == NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):  # pylint: disable=unidiomatic-typecheck
+        return False
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def changed_paths(before, after, prefix=()):
+    """Paths (tuples of keys) whose values differ: added, removed or changed leaves."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = []
+        for key in list(before) + [k for k in after if k not in before]:
+            if key not in after or key not in before:
+                out.append(prefix + (key,))
+            else:
+                out.extend(changed_paths(before[key], after[key], prefix + (key,)))
+        return out
+    return [] if same(before, after) else [prefix]
+
+
+def format_path(path):
+    """``('evictionHard', 'memory.available')`` -> ``evictionHard["memory.available"]``."""
+    out = ""
+    for key in path:
+        text = str(key)
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_-]*$", text):
+            out += ("." if out else "") + text
+        else:
+            out += "[%s]" % json.dumps(text)
+    return out
+
+
+# -- YAML emitter ---------------------------------------------------------------------------
+# PyYAML's reader rejects anything outside these; plain scalars use printable ASCII only.
+_YAML_PRINTABLE = re.compile(u"^[\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD"
+                             u"\U00010000-\U0010FFFF]$")
+_PLAIN_CHARS = re.compile(r"^[\x20-\x7E]+$")
+# YAML 1.1 timestamps (PyYAML resolves them to dates; the fallback keeps strings): quote them.
+_TIMESTAMP_RE = re.compile(r"""^(?:[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?
+    (?:(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?
+    (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)?)$""", re.X)
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0",
+            "\x07": "\\a", "\x08": "\\b", "\x0b": "\\v", "\x0c": "\\f", "\x1b": "\\e"}
+
+
+def plain_ok(text):
+    """Whether ``text`` can be written as a plain (unquoted) scalar and read back as itself
+    by both PyYAML's SafeLoader and the fallback parser. Conservative: when in doubt, quote."""
+    if not text or text != text.strip() or not _PLAIN_CHARS.match(text):
+        return False
+    if text[0] in "-?:,[]{}#&*!|>'\"%@`" or text[-1] == ":":
+        return False
+    if ": " in text or " #" in text or any(c in text for c in "[]{}"):
+        return False
+    if text in ("=", "<<") or text.startswith("<<") or _TIMESTAMP_RE.match(text):
+        return False
+    try:
+        value = resolve_plain(text)
+    except ConfigParseError:
+        return False
+    return isinstance(value, str) and value == text
+
+
+def double_quote(text):
+    """A double-quoted YAML scalar (escapes for everything PyYAML would not read raw)."""
+    out = ['"']
+    for c in text:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif _YAML_PRINTABLE.match(c) and c not in u"\x85\u2028\u2029\ufeff" and \
+                (c >= " " and c != "\x7f"):
+            out.append(c)
+        else:
+            code = ord(c)
+            if code <= 0xFF:
+                out.append("\\x%02X" % code)
+            elif code <= 0xFFFF:
+                out.append("\\u%04X" % code)
+            else:
+                out.append("\\U%08X" % code)
+    out.append('"')
+    return "".join(out)
+
+
+def emit_scalar(value):
+    """One scalar as YAML text (None, bool, int, float, str)."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        if "." not in text and "e" in text:
+            mantissa, exponent = text.split("e", 1)
+            text = "%s.0e%s" % (mantissa, exponent if exponent[0] in "+-" else "+" + exponent)
+        elif "." not in text:
+            text += ".0"
+        return text
+    if isinstance(value, str):
+        return value if plain_ok(value) else double_quote(value)
+    raise SettingsError("cannot write a %s (%r) to a KubeletConfiguration"
+                        % (type(value).__name__, value))
+
+
+def _emit_block(value, indent, lines):
+    pad = " " * indent
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, (dict, list)):
+                raise SettingsError("mapping keys must be scalars, got %r" % (key,))
+            head = pad + emit_scalar(key) + ":"
+            if isinstance(item, (dict, list)) and item:
+                lines.append(head)
+                _emit_block(item, indent + 2, lines)
+            else:
+                lines.append(head + " " + _emit_inline(item))
+        return
+    for item in value:
+        if isinstance(item, (dict, list)) and item:
+            sub = []
+            _emit_block(item, indent + 2, sub)
+            sub[0] = pad + "- " + sub[0][indent + 2:]
+            lines.extend(sub)
+        else:
+            lines.append(pad + "- " + _emit_inline(item))
+
+
+def _emit_inline(value):
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return emit_scalar(value)
+
+
+def emit_yaml(data):
+    """Block-style YAML text for ``data`` (a mapping, normally), key order kept."""
+    if isinstance(data, (dict, list)) and data:
+        lines = []
+        _emit_block(data, 0, lines)
+        return "\n".join(lines) + "\n"
+    return _emit_inline(data) + "\n"
+
+
+def header_lines(text):
+    """Leading comment, directive and blank lines plus a ``---`` marker line, verbatim."""
+    out = []
+    for line in text.splitlines(True):
+        stripped = line.strip()
+        if stripped.startswith("#") or stripped.startswith("%") or not stripped:
+            out.append(line)
+            continue
+        if stripped == "---":
+            out.append(line)
+        break
+    while out and not out[-1].strip():
+        out.pop()
+    return "".join(out if not out or out[-1].endswith("\n") else out + ["\n"])
+
+
+def json_indent(text):
+    """The indentation width an existing JSON file uses (2 when it cannot tell)."""
+    for line in text.splitlines()[1:]:
+        width = len(line) - len(line.lstrip(" "))
+        if width:
+            return width
+    return 2
+
+
+def render(data, original_text, fmt):
+    """New file text: JSON when the file was JSON, else YAML below the original header."""
+    if fmt == "json":
+        return json.dumps(data, indent=json_indent(original_text), ensure_ascii=False) + "\n"
+    return header_lines(original_text) + emit_yaml(data)
+
+
+def check_round_trip(text, data, fmt, yaml_module=None):
+    """Raise SettingsError unless ``text`` reads back as ``data`` (fallback parser, and
+    PyYAML when given); a last guard before anything is written."""
+    if fmt == "json":
+        readers = [("json", json.loads)]
+    else:
+        readers = [("fallback parser", parse_yaml_subset)]
+        if yaml_module is not None:
+            readers.append(("PyYAML", yaml_module.safe_load))
+    for name, reader in readers:
+        try:
+            back = reader(text)
+        except Exception as e:  # pylint: disable=broad-except
+            raise SettingsError("internal error: the %s cannot read the new config back: %s"
+                                % (name, e))
+        if not same(back, data):
+            raise SettingsError("internal error: the %s reads the new config back differently"
+                                % name)
+
+
+# -- memory reservations --------------------------------------------------------------------
+def mebibytes(nbytes):
+    """A quantity for ``nbytes`` in whole MiB, rounded up (``5489Mi``)."""
+    return "%dMi" % (-(-nbytes // MIB))
+
+
+def _target_bytes(what, spec):
+    if spec in (None, "", "auto"):
+        return None
+    try:
+        return quantity_to_bytes(spec)
+    except QuantityError as e:
+        raise SettingsError("%s: %s" % (what, e))
+
+
+def _existing_bytes(config, key):
+    section = config.get(key)
+    if not isinstance(section, dict) or section.get("memory") is None:
+        return None, None
+    raw = section.get("memory")
+    try:
+        return quantity_to_bytes(raw), raw
+    except QuantityError as e:
+        raise SettingsError("the config's %s.memory %r does not parse: %s" % (key, raw, e))
+
+
+def complete_eviction_hard(current, overrides=None):
+    """A complete evictionHard: kubelet defaults < current values < ``overrides``.
+
+    Setting any evictionHard key zeroes the unset ones (domain facts), so the four defaults
+    are always written. An override of ``None`` removes that threshold on purpose.
+    """
+    if current is not None and not isinstance(current, dict):
+        raise SettingsError("the config's evictionHard is a %s, not a mapping"
+                            % type(current).__name__)
+    out = dict(DEFAULT_EVICTION_HARD)
+    for source in (current or {}, overrides or {}):
+        for key, value in source.items():
+            if value is None:
+                out.pop(key, None)
+                continue
+            out[key] = value if isinstance(value, str) else str(value)
+    for key, value in out.items():
+        if key.startswith("memory.") or key.startswith("nodefs.") or \
+                key.startswith("imagefs.") or key.startswith("pid."):
+            try:
+                if not key.endswith("inodesFree") and not key.startswith("pid."):
+                    parse_memory_threshold(value, 1)
+                elif not value.endswith("%") and not value.isdigit():
+                    quantity_to_bytes(value)
+            except QuantityError as e:
+                raise SettingsError("evictionHard %s: %s" % (key, e))
+    return out
+
+
+def memory_reservation_settings(config, node_memory_bytes, kube_reserved="auto",
+                                system_reserved="auto", eviction_hard=None, allow_lower=False):
+    """Settings that size the memory reservations, and a report of the decision.
+
+    ``kube_reserved``: ``auto`` = the GKE ladder for ``node_memory_bytes`` (GKE puts its whole
+    reservation into kube-reserved), or a quantity. ``system_reserved``: ``auto`` = leave
+    systemReserved.memory as it is (the ladder covers system daemons), or a quantity. An
+    existing larger value is kept unless ``allow_lower``. Values that already equal the target
+    keep their spelling. Other keys of the sections (cpu, ephemeral-storage) are untouched.
+    evictionHard is always written completely (``complete_eviction_hard``).
+    """
+    if isinstance(node_memory_bytes, bool) or not isinstance(node_memory_bytes, int) or \
+            node_memory_bytes <= 0:
+        raise SettingsError("node memory must be a positive number of bytes, got %r"
+                            % (node_memory_bytes,))
+    settings = {}
+    report = {"node_memory_bytes": node_memory_bytes,
+              "gke_reserved_bytes": gke_reserved_memory_bytes(node_memory_bytes)}
+    for key, spec, name in (("kubeReserved", kube_reserved, "kube_reserved"),
+                            ("systemReserved", system_reserved, "system_reserved")):
+        existing, raw = _existing_bytes(config, key)
+        target = _target_bytes(name, spec)
+        if target is None and key == "kubeReserved":
+            target = report["gke_reserved_bytes"]
+            text = mebibytes(target)
+            target = quantity_to_bytes(text)
+        elif target is None:
+            report[name] = {"bytes": existing, "value": raw, "action": "left"}
+            continue
+        else:
+            text = spec if isinstance(spec, str) else str(spec)
+        if existing is not None and existing == target:
+            action, text = "kept", raw
+        elif existing is not None and existing > target and not allow_lower:
+            action, text, target = "kept-larger", raw, existing
+        else:
+            action = "set"
+        report[name] = {"bytes": target, "value": text, "action": action}
+        if action == "set":
+            settings[key] = {"memory": text}
+    current = config.get("evictionHard")
+    complete = complete_eviction_hard(current, eviction_hard)
+    if not same(current, complete):
+        settings["evictionHard"] = dict(complete, **dict(
+            (k, None) for k in (current or {}) if k not in complete))
+    report["eviction_hard"] = complete
+    threshold = complete.get("memory.available")
+    evict = parse_memory_threshold(threshold, node_memory_bytes)["bytes"] if threshold else 0
+    reserved = sum(report[n]["bytes"] or 0 for n in ("kube_reserved", "system_reserved"))
+    report["reserved_total_bytes"] = reserved
+    report["allocatable_bytes"] = node_memory_bytes - reserved - (evict or 0)
+    return settings, report
+
+
+# -- CPU manager ----------------------------------------------------------------------------
+CPU_MANAGER_POLICIES = ("none", "static")
+
+
+def reserved_cpu_millis(config, flag_maps=None):
+    """Reserved CPU in millicores from kubeReserved/systemReserved cpu (flags win), and whether
+    reservedSystemCPUs is set."""
+    total = 0
+    for key, flag in (("kubeReserved", "kube-reserved"), ("systemReserved", "system-reserved")):
+        section = (flag_maps or {}).get(flag)
+        if section is None:
+            section = config.get(key) if isinstance(config.get(key), dict) else {}
+        raw = section.get("cpu")
+        if raw in (None, ""):
+            continue
+        try:
+            total += int(math.ceil(parse_quantity(raw) * 1000))
+        except QuantityError as e:
+            raise SettingsError("%s.cpu: %s" % (key, e))
+    cpus = config.get("reservedSystemCPUs")
+    return total, bool(cpus not in (None, "") or (flag_maps or {}).get("reserved-cpus"))
+
+
+def static_cpu_settings(config, policy, reserved_cpu="1"):
+    """Settings for ``cpuManagerPolicy: <policy>``; for ``static`` also kubeReserved.cpu when
+    nothing reserves CPUs (the kubelet refuses to start the static policy without)."""
+    if policy not in CPU_MANAGER_POLICIES:
+        raise SettingsError("cpu_manager_policy must be one of %s, got %r"
+                            % (", ".join(CPU_MANAGER_POLICIES), policy))
+    settings = {"cpuManagerPolicy": policy}
+    if policy == "static":
+        millis, cpuset = reserved_cpu_millis(config)
+        if millis <= 0 and not cpuset:
+            try:
+                if parse_quantity(reserved_cpu) <= 0:
+                    raise QuantityError("must be positive")
+            except QuantityError as e:
+                raise SettingsError("static_reserved_cpu %r: %s" % (reserved_cpu, e))
+            settings["kubeReserved"] = {"cpu": str(reserved_cpu)}
+    return settings
+
+
+# -- flags that override config keys --------------------------------------------------------
+def _map_value(text, separator):
+    out = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if separator not in item:
+            raise SettingsError("malformed flag value %r: expected key%svalue" % (item, separator))
+        key, value = item.split(separator, 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _int_value(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise SettingsError("flag value %r is not an integer" % (text,))
+
+
+def _list_value(text):
+    return [v.strip() for v in (text or "").split(",") if v.strip()]
+
+
+# flag -> (config key, converter). Map flags replace the config's whole map.
+FLAG_KEYS = {
+    "kube-reserved": ("kubeReserved", lambda v: _map_value(v, "=")),
+    "system-reserved": ("systemReserved", lambda v: _map_value(v, "=")),
+    "eviction-hard": ("evictionHard", lambda v: _map_value(v, "<")),
+    "eviction-soft": ("evictionSoft", lambda v: _map_value(v, "<")),
+    "eviction-soft-grace-period": ("evictionSoftGracePeriod", lambda v: _map_value(v, "=")),
+    "eviction-minimum-reclaim": ("evictionMinimumReclaim", lambda v: _map_value(v, "=")),
+    "cpu-manager-policy": ("cpuManagerPolicy", str),
+    "cpu-manager-policy-options": ("cpuManagerPolicyOptions", lambda v: _map_value(v, "=")),
+    "cpu-manager-reconcile-period": ("cpuManagerReconcilePeriod", str),
+    "reserved-cpus": ("reservedSystemCPUs", str),
+    "topology-manager-policy": ("topologyManagerPolicy", str),
+    "memory-manager-policy": ("memoryManagerPolicy", str),
+    "enforce-node-allocatable": ("enforceNodeAllocatable", _list_value),
+    "cgroup-driver": ("cgroupDriver", str),
+    "max-pods": ("maxPods", _int_value),
+    "fail-swap-on": ("failSwapOn", lambda v: v in (True, "true", "True", "1", "t", "T", "TRUE")),
+}
+KEY_FLAGS = dict((key, flag) for flag, (key, _conv) in FLAG_KEYS.items())
+
+
+def split_unit_words(value):
+    """Words of an unquoted ``$VAR`` as systemd expands it: split at whitespace."""
+    return value.split()
+
+
+def flag_occurrences(words):
+    """``[(start, end, name, value)]`` for each flag in ``words`` (pflag rules: ``--f=v``,
+    ``--f v`` unless boolean, ``-f``); ``end`` is exclusive."""
+    out = []
+    i = 0
+    n = len(words)
+    while i < n:
+        word = words[i]
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-" or re.match(r"^-[0-9.]", word):
+            i += 1
+            continue
+        body = word.lstrip("-").replace("_", "-")
+        if "=" in body:
+            name, value = body.split("=", 1)
+            out.append((i, i + 1, name, value))
+            i += 1
+            continue
+        if body in BOOL_FLAGS or i + 1 >= n or (words[i + 1].startswith("-") and
+                                                not re.match(r"^-[0-9.]", words[i + 1])):
+            out.append((i, i + 1, body, True))
+            i += 1
+            continue
+        out.append((i, i + 2, body, words[i + 1]))
+        i += 2
+    return out
+
+
+_ENV_LINE = re.compile(r"^(\s*(?:export\s+)?)([A-Za-z_][A-Za-z0-9_]*)(\s*=\s*)(.*?)(\s*)$")
+
+
+def _env_unquote(raw):
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        inner = raw[1:-1]
+        if raw[0] == '"':
+            inner = re.sub(r'\\(["\\$`])', r"\1", inner)
+        return inner, raw[0]
+    return raw, ""
+
+
+def parse_env_text(text):
+    """``[(line index, name, value, quote)]`` of the assignments of an environment file
+    (systemd ``EnvironmentFile=`` / ``/etc/default/kubelet`` syntax, one line each)."""
+    out = []
+    for index, line in enumerate(text.splitlines()):
+        if not line.strip() or line.lstrip().startswith(("#", ";")):
+            continue
+        m = _ENV_LINE.match(line)
+        if not m:
+            continue
+        value, quote = _env_unquote(m.group(4))
+        out.append((index, m.group(2), value, quote))
+    return out
+
+
+def parse_unit_text(text):
+    """From a systemd unit / drop-in: ``{"environment": [(name, value)], "environment_files":
+    [path], "exec_start": [command]}`` (later ``ExecStart=`` lines after an empty one win)."""
+    env = []
+    files = []
+    execs = []
+    joined = re.sub(r"\\\n", " ", text)
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")) or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip()
+        value = value.strip()
+        if key == "Environment":
+            for assignment in re.findall(r'"[^"]*"|\'[^\']*\'|\S+', value):
+                assignment = _env_unquote(assignment)[0]
+                if "=" in assignment:
+                    name, val = assignment.split("=", 1)
+                    env.append((name, val))
+        elif key == "EnvironmentFile":
+            if value:
+                files.append(value.lstrip("-"))
+        elif key == "ExecStart":
+            if value:
+                execs.append(value)
+            else:
+                execs = []
+    return {"environment": env, "environment_files": files, "exec_start": execs}
+
+
+def flags_in_words(words, keys, source, where):
+    """Conflicts: flags in ``words`` that override one of the config ``keys``."""
+    out = []
+    for _start, _end, name, value in flag_occurrences(words):
+        if name in FLAG_KEYS and FLAG_KEYS[name][0] in keys:
+            out.append({"flag": "--" + name, "key": FLAG_KEYS[name][0],
+                        "value": value if value is not True else "", "source": source,
+                        "where": where})
+    return out
+
+
+def remove_flags_from_env_text(text, variables, flag_names):
+    """``(new text, removed [(variable, flag word(s))])``: the flags named ``flag_names``
+    (without dashes) taken out of the assignments of ``variables``; everything else kept."""
+    lines = text.splitlines(True)
+    removed = []
+    for index, name, value, quote in parse_env_text(text):
+        if name not in variables:
+            continue
+        words = split_unit_words(value)
+        drop = set()
+        for start, end, flag, _value in flag_occurrences(words):
+            if flag in flag_names:
+                drop.update(range(start, end))
+                removed.append((name, " ".join(words[start:end])))
+        if not drop:
+            continue
+        kept = " ".join(w for i, w in enumerate(words) if i not in drop)
+        m = _ENV_LINE.match(lines[index].rstrip("\n"))
+        newline = lines[index][len(lines[index].rstrip("\n")):]
+        q = quote or ('"' if not kept else "")
+        if q == '"':
+            kept = re.sub(r'(["\\$`])', r"\\\1", kept)
+        lines[index] = "%s%s%s%s%s%s%s%s" % (
+            m.group(1), m.group(2), m.group(3), q, kept, q, m.group(5), newline)
+    return "".join(lines), removed
+
+
+def flag_values(conflicts):
+    """Config settings carrying the values of the overriding flags (last one wins per flag,
+    except map flags, which merge like pflag: the first replaces, later ones add)."""
+    out = {}
+    for c in conflicts:
+        name = c["flag"][2:]
+        key, convert = FLAG_KEYS[name]
+        value = convert(c["value"])
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def replace_maps(config, values):
+    """Flags replace the config's map wholesale: ``values`` as settings that do the same."""
+    settings = {}
+    for key, value in values.items():
+        current = config.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            patch = dict((k, None) for k in current if k not in value)
+            patch.update(value)
+            settings[key] = patch
+        else:
+            settings[key] = value
+    return settings

@@ -1,0 +1,305 @@
+"""kubegpu.fleet.rolling_reboot against six real lab nodes and the API double.
+
+One lab for the module (six small healthy nodes, device plugin DaemonSet, one ReplicaSet-owned
+GPU pod per node); each test restores what it changed. Everything is asserted from the API
+double's history (``unavailable_gpu_nodes`` after every request), the Node objects and the
+nodes' boot IDs:
+
+1. a budgeted rollout (max_unavailable 2, one node cordoned by the operator beforehand), then a
+   second run that changes nothing and a check-mode run that changes nothing;
+2. a node whose GPUs do not come back after its reboot (its DKMS-built nvidia module is not
+   there for the running kernel, as after a kernel update DKMS failed to build for) stops the
+   rollout, stays cordoned with the failure annotation; a re-run resumes it;
+3. a PodDisruptionBudget that never allows eviction times the drain out cleanly;
+4. the API double going away while the role waits for the rebooted node fails the play
+   without uncordoning anything.
+"""
+import os
+import threading
+import time
+
+import pytest
+
+from lab_fixture import lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_reboot.yml")
+NODES = ["rr-a", "rr-b", "rr-c", "rr-d", "rr-e", "rr-f"]
+ROLE_UA = "OpenAPI-Generator/"   # the kubernetes Python client behind kubernetes.core
+ANNOTATION = "kubegpu.io/maintenance"
+FAILED_ANNOTATION = "kubegpu.io/maintenance-failed"
+DKMS_DIR = "/lib/modules/$(uname -r)/updates/dkms"
+DKMS_AWAY = "/root/kubegpu-test-dkms"
+
+PLUGIN = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+             "updateStrategy": {"type": "RollingUpdate"},
+             "template": {"metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+                          "spec": {"nodeSelector": {"nvidia.com/gpu.present": "true"},
+                                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                    "effect": "NoSchedule"}],
+                                   "priorityClassName": "system-node-critical",
+                                   "containers": [{"name": "nvidia-device-plugin-ctr",
+                                                   "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.2",
+                                                   "env": [{"name": "PASS_DEVICE_SPECS", "value": "true"},
+                                                           {"name": "MIG_STRATEGY", "value": "mixed"},
+                                                           {"name": "FAIL_ON_INIT_ERROR", "value": "true"}],
+                                                   "securityContext": {"privileged": True}}]}}},
+}
+
+PROFILE = {
+    "name": "rollout",
+    "description": "six small healthy GPU nodes for the rolling_reboot tests",
+    "defaults": {
+        "gpus": {"count": 2},
+        "kubelet": {"config": {
+            "kubeReserved": {"cpu": "500m", "memory": "5489Mi"}, "systemReserved": {"cpu": "500m", "memory": "512Mi"},
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                             "nodefs.inodesFree": "5%"}}},
+        "pods": [{"name": "train-{node}", "namespace": "ml", "gpus": 1, "app": "train"}],
+    },
+    "nodes": [{"name": n, "seed": "healthy", "gpus": {"count": 1 if n in ("rr-b", "rr-d") else 2}} for n in NODES],
+    "cluster": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, PLUGIN]},
+}
+
+# Short waits: the lab reboots in seconds; a real fleet keeps the 600 s defaults.
+FAST = {
+    "kubegpu_drain_timeout": 90, "kubegpu_drain_retry_delay": 2, "kubegpu_drain_pod_wait": 60,
+    "kubegpu_validate_timeout": 90, "kubegpu_validate_poll": 2,
+    "kubegpu_node_ready_timeout": 120, "kubegpu_node_ready_poll": 1,
+    "kubegpu_budget_timeout": 20, "kubegpu_budget_poll": 2, "kubegpu_gpu_probe_timeout": 5,
+}
+ENV = {"ANSIBLE_PIPELINING": "1", "ANSIBLE_TIMEOUT": "30"}
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):  # noqa: F811
+    return lab_factory(PROFILE)
+
+
+def rollout(ansible, lab, check=False, **extra):
+    variables = dict(FAST)
+    variables.update(extra)
+    started = time.monotonic()
+    res = ansible.playbook(PLAYBOOK, inventory=lab.inventory, extra_vars=variables, check=check, env=ENV,
+                           timeout=1500)
+    res.seconds = round(time.monotonic() - started, 1)
+    print("rolling_reboot run (%s, check=%s): rc %s in %.1f s" % (extra, check, res.rc, res.seconds))
+    return res
+
+
+def last_seq(lab):
+    return max([e["seq"] for e in lab.client.history(nodes=False)] or [0])
+
+
+def role_writes(lab, since):
+    """Mutating requests the role (kubernetes.core) made and the double applied."""
+    return [e for e in lab.client.history(since=since)
+            if e["seq"] > since and e["actor"] == "api" and (e.get("user_agent") or "").startswith(ROLE_UA)
+            and e.get("changed") and not e.get("dry_run")]
+
+
+def node_patches(entries, name, unschedulable):
+    needle = '"unschedulable":%s' % ("true" if unschedulable else "false")
+    return [e for e in entries if e["resource"] == "nodes" and e["name"] == name and e["verb"] == "patch"
+            and needle in (e.get("body") or "").replace(" ", "")]
+
+
+def boot_ids(lab):
+    return dict((n, lab.node_obj(n)["status"]["nodeInfo"]["bootID"]) for n in NODES)
+
+
+def annotations(lab, name):
+    return lab.node_obj(name)["metadata"].get("annotations") or {}
+
+
+def failure_text(res):
+    return res.stdout + res.stderr
+
+
+def restore(lab, operator_cordoned=()):
+    """Back to the baseline: every node Ready, schedulable (unless the test wants it cordoned),
+    no role annotation, a running GPU pod on each node."""
+    for name in NODES:
+        wait_for(lambda n=name: any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in lab.node_obj(n)["status"].get("conditions", [])), 120, "%s Ready" % name)
+        ann = annotations(lab, name)
+        drop = [k + "-" for k in (ANNOTATION, FAILED_ANNOTATION) if k in ann]
+        if drop:
+            lab.kubectl("annotate", "node", name, *drop)
+        lab.kubectl("cordon" if name in operator_cordoned else "uncordon", name)
+    pods = lab.lab.state["node_pods"]
+    lab.create([o for n in NODES for o in pods[n]])
+    for name in NODES:
+        wait_for(lambda n=name: (lab.pod("ml", "train-%s" % n) or {}).get("status", {}).get("phase") == "Running",
+                 120, "train-%s Running" % name)
+
+
+# ------------------------------------------------------------------------------ 1. budget
+
+def test_rollout_keeps_the_budget_and_the_operator_cordon(lab, ansible):
+    restore(lab, operator_cordoned=["rr-c"])
+    before = boot_ids(lab)
+    since = last_seq(lab)
+
+    res = rollout(ansible, lab, kubegpu_max_unavailable=2, kubegpu_max_parallel=2, kubegpu_reboot="always")
+    assert res.rc == 0, failure_text(res)[-6000:]
+
+    history = [e for e in lab.client.history(since=since) if e["seq"] > since]
+    worst = max(len(e["unavailable_gpu_nodes"]) for e in history)
+    assert worst <= 2, [(e["seq"], e["unavailable_gpu_nodes"]) for e in history if len(e["unavailable_gpu_nodes"]) > 2]
+    assert worst == 2, "the budget was used: the pre-cordoned node plus one more node"
+    # every node was rebooted (a new boot ID in the API), drained (its GPU pod evicted)
+    after = boot_ids(lab)
+    assert all(after[n] != before[n] for n in NODES), (before, after)
+    writes = role_writes(lab, since)
+    evicted = sorted(e["name"] for e in writes if e["verb"] == "evict")
+    assert evicted == sorted("train-%s" % n for n in NODES)
+    # the operator's cordon survives; the role never uncordoned that node
+    assert lab.node_obj("rr-c")["spec"].get("unschedulable") is True
+    assert not node_patches(writes, "rr-c", False)
+    for name in NODES:
+        assert (name == "rr-c") == bool(lab.node_obj(name)["spec"].get("unschedulable")), name
+        assert ANNOTATION not in annotations(lab, name) and FAILED_ANNOTATION not in annotations(lab, name)
+    # the plan: the already cordoned node costs no budget and goes first
+    plan = res.task("kubegpu.fleet.rolling_reboot : Plan the rollout")["ansible_facts"]["kubegpu_rollout"]
+    assert plan["hosts"][0] == "rr-c" and plan["limit"] == 2 and plan["serial"] == [2, 1, 1, 1, 1]
+    # each node was cordoned only once its batch was under the budget: never two at once
+    cordons = [e for e in writes if e["resource"] == "nodes" and '"unschedulable":true' in (e.get("body") or "")]
+    assert sorted(e["name"] for e in cordons) == sorted(n for n in NODES if n != "rr-c")
+
+
+def test_second_run_and_check_mode_change_nothing(lab, ansible):
+    restore(lab, operator_cordoned=["rr-c"])
+    before = boot_ids(lab)
+    since = last_seq(lab)
+
+    again = rollout(ansible, lab, kubegpu_max_unavailable=2, kubegpu_max_parallel=2, kubegpu_reboot="needed")
+    assert again.rc == 0, failure_text(again)[-6000:]
+    changed = dict((h, s.get("changed", 0)) for h, s in again.stats.items())
+    assert set(changed.values()) == {0}, changed
+    assert role_writes(lab, since) == []
+    assert boot_ids(lab) == before
+
+    check = rollout(ansible, lab, check=True, kubegpu_targets="rr-a:rr-c", kubegpu_max_unavailable=2,
+                    kubegpu_max_parallel=2, kubegpu_reboot="always")
+    assert check.rc == 0, failure_text(check)[-6000:]
+    assert "check mode: would reboot rr-a" in check.stdout
+    assert role_writes(lab, since) == []
+    assert boot_ids(lab) == before
+    assert [n for n in NODES if lab.node_obj(n)["spec"].get("unschedulable")] == ["rr-c"]
+
+
+# -------------------------------------------------------------------- 2. validation fails
+
+def test_validation_failure_stops_the_rollout_and_a_rerun_resumes(lab, ansible):
+    restore(lab)
+    before = boot_ids(lab)
+    # no nvidia.ko for the running kernel (DKMS did not build it): after the reboot the lab
+    # kernel cannot load the driver, NVML fails, the plugin never advertises the GPUs
+    lab.ssh("rr-b", "mv %s %s" % (DKMS_DIR, DKMS_AWAY))
+    since = last_seq(lab)
+    try:
+        res = rollout(ansible, lab, kubegpu_targets="rr-b:rr-d", kubegpu_max_unavailable=1,
+                      kubegpu_reboot="always", kubegpu_validate_timeout=20)
+    finally:
+        lab.ssh("rr-b", "test -d %s && mv %s %s || true" % (DKMS_AWAY, DKMS_AWAY, DKMS_DIR))
+    assert res.rc != 0
+    text = failure_text(res)
+    assert "rr-b did not validate within kubegpu_validate_timeout=20 s" in text, text[-6000:]
+    assert "NVML probe" in text
+    node_b = lab.node_obj("rr-b")
+    assert node_b["spec"].get("unschedulable") is True
+    assert node_b["status"]["nodeInfo"]["bootID"] != before["rr-b"]
+    failed = annotations(lab, "rr-b")[FAILED_ANNOTATION]
+    assert "did not validate" in failed and '"time"' in failed
+    assert ANNOTATION in annotations(lab, "rr-b")   # the pre-maintenance state stays for a re-run
+    events = lab.get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Drr-b")["items"]
+    assert any(e.get("reason") == "KubegpuMaintenanceFailed" for e in events)
+    # the next node was never touched
+    writes = role_writes(lab, since)
+    assert not [e for e in writes if e["name"] in ("rr-d", "train-rr-d")]
+    assert lab.node_obj("rr-d")["status"]["nodeInfo"]["bootID"] == before["rr-d"]
+    assert not lab.node_obj("rr-d")["spec"].get("unschedulable")
+    assert not node_patches(writes, "rr-b", False)
+
+    # fixed: a re-run resumes the open maintenance from the annotation and finishes it
+    resumed = rollout(ansible, lab, kubegpu_targets="rr-b", kubegpu_max_unavailable=1, kubegpu_reboot="always")
+    assert resumed.rc == 0, failure_text(resumed)[-6000:]
+    assert "resuming an unfinished maintenance" in resumed.stdout
+    assert not lab.node_obj("rr-b")["spec"].get("unschedulable")
+    assert ANNOTATION not in annotations(lab, "rr-b") and FAILED_ANNOTATION not in annotations(lab, "rr-b")
+
+
+# --------------------------------------------------------------------------- 3. PDB blocks
+
+def test_pdb_that_never_allows_eviction_times_the_drain_out(lab, ansible):
+    restore(lab)
+    before = boot_ids(lab)
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "train-all", "namespace": "ml"},
+           "spec": {"minAvailable": 100, "selector": {"matchLabels": {"app": "train"}}}}
+    lab.create([pdb])
+    since = last_seq(lab)
+    try:
+        wait_for(lambda: lab.get("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/train-all")
+                 .get("status", {}).get("observedGeneration"), 20, "the PDB status")
+        t0 = time.monotonic()
+        res = rollout(ansible, lab, kubegpu_targets="rr-e:rr-f", kubegpu_max_unavailable=1,
+                      kubegpu_reboot="always", kubegpu_drain_timeout=12)
+        took = time.monotonic() - t0
+    finally:
+        lab.kubectl("delete", "pdb", "-n", "ml", "train-all", check=False)
+    assert res.rc != 0
+    text = failure_text(res)
+    assert "drain of rr-e did not finish within kubegpu_drain_timeout=12 s" in text, text[-6000:]
+    assert "ml/train-rr-e (not evicted)" in text and "ml/train-all (disruptionsAllowed 0" in text
+    assert "The node stays cordoned and the rollout stops" in text
+    assert took < 400
+    writes = role_writes(lab, since)
+    refused = [e for e in lab.client.history(since=since, verb="evict")
+               if e["seq"] > since and e["name"] == "train-rr-e"]
+    assert len(refused) >= 2 and all(e["code"] == 429 for e in refused), "retried, never granted"
+    assert lab.node_obj("rr-e")["spec"].get("unschedulable") is True
+    assert lab.pod("ml", "train-rr-e")["status"]["phase"] == "Running"
+    assert lab.node_obj("rr-e")["status"]["nodeInfo"]["bootID"] == before["rr-e"], "not rebooted"
+    assert "drain of rr-e" in annotations(lab, "rr-e")[FAILED_ANNOTATION]
+    assert not [e for e in writes if e["name"] in ("rr-f", "train-rr-f")]
+    assert not node_patches(writes, "rr-e", False)
+
+
+# ------------------------------------------------------------------ 4. API double goes away
+
+def test_api_going_away_fails_the_play_without_uncordoning(lab, ansible):
+    restore(lab)
+    node = lab.node("rr-d")
+    boots = node.supervisor_state().get("boots")
+    since = last_seq(lab)
+    out = {}
+
+    def run():
+        out["res"] = rollout(ansible, lab, kubegpu_targets="rr-d", kubegpu_max_unavailable=1, kubegpu_reboot="always",
+                             kubegpu_node_ready_timeout=15)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        # the node boots again: the role is now waiting for it (ansible.builtin.reboot, then the API)
+        wait_for(lambda: (node.supervisor_state().get("boots") or 0) > boots or not worker.is_alive(), 600,
+                 "rr-d to reboot", interval=0.1)
+        assert worker.is_alive(), "the play ended before the node rebooted"
+        lab.lab.stop_api()
+        worker.join(900)
+    finally:
+        if lab.lab.api_info() is None:
+            lab.lab.start_api([])
+    assert not worker.is_alive()
+    res = out["res"]
+    assert res.rc != 0
+    assert "Wait until the Node is Ready with a new boot ID" in failure_text(res)
+    writes = role_writes(lab, since)
+    assert not [e for e in writes if e["resource"] == "nodes" and '"unschedulable":false' in (e.get("body") or "")]
+    assert lab.node_obj("rr-d")["spec"].get("unschedulable") is True
+    restore(lab)
