@@ -1,5 +1,5 @@
 # kubegpu.fleet — every entry point creates what it needs itself.
-#   make demo   main job: audit (and remediate) the embedded lab fleet
+#   make demo   main job: audit and remediate the embedded lab fleet
 #   make test   everything CI runs: sanity, units, module tests, lint, integration
 SHELL        := /bin/bash
 .SHELLFLAGS  := -eu -o pipefail -c
@@ -13,7 +13,7 @@ COLL_LINK    := $(COLL_PATH)/ansible_collections/kubegpu/fleet
 SANITY_DIR   ?= $(BUILD)/sanity
 SANITY_TREE  := $(SANITY_DIR)/ansible_collections/kubegpu/fleet
 PYTEST_ARGS  ?= -n 2
-LAB_PYTEST_ARGS ?=
+LAB_PYTEST_ARGS ?= -n 3 --dist loadfile
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
@@ -94,18 +94,19 @@ integration: tree
 	$(BIN)/pytest -q -p no:cacheprovider tests/lab $(LAB_PYTEST_ARGS)
 
 # Molecule scenarios on booted lab nodes (create/converge/idempotence/check/verify/destroy).
-MOLECULE_SCENARIOS ?= lab-smoke audit
+MOLECULE_SCENARIOS ?= lab-smoke audit remediate
 molecule: deps tree
 	for s in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
 test: deps sanity units modules lint integration molecule
 
 # Boots the six-node lab (one node per seed failure mode plus a healthy one; needs root),
-# audits it and prints the report. The lab stays up: `make demo-down` removes it.
+# audits it, remediates it and prints the before/after reports. The lab stays up: `make demo-down` removes it.
 demo: deps tree
-	KUBEGPU_AUDIT_REPORT_DIR=$(CURDIR)/kubegpu-audit $(BIN)/ansible-playbook playbooks/lab_demo.yml
-	@echo; cat $(CURDIR)/kubegpu-audit/kubegpu-audit.md
-	@echo "HTML report: $(CURDIR)/kubegpu-audit/kubegpu-audit.html"
+	KUBEGPU_REMEDIATE_REPORT_DIR=$(CURDIR)/kubegpu-remediate $(BIN)/ansible-playbook playbooks/lab_demo.yml
+	@echo; echo "=== before remediation ==="; sed -n '1,/^## /p' $(CURDIR)/kubegpu-remediate/before/kubegpu-audit.md
+	@echo; echo "=== after remediation ==="; cat $(CURDIR)/kubegpu-remediate/after/kubegpu-audit.md
+	@echo "HTML reports: $(CURDIR)/kubegpu-remediate/{before,after}/kubegpu-audit.html"
 
 demo-down: tree
 	PYTHONPATH=lab $(BIN)/python -m kubegpu_lab down --name demo

@@ -80,11 +80,31 @@ def ensure_host(install=True):
         raise LabError("the kernel has no overlay filesystem: the lab keeps one read-only base "
                        "image and a writable overlay per node")
     cgroup_layout()
+    raise_inotify_limit()
     if not os.path.exists("/dev/fuse"):
         run(["modprobe", "fuse"], check=False, capture=True)
         if not os.path.exists("/dev/fuse"):
             log("warning: no /dev/fuse: nodes get no complete procfs view at /run/kubegpu-lab/proc "
                 "(the lab files are still bind-mounted over /proc where the kernel has them)")
+
+
+INOTIFY_INSTANCES = "/proc/sys/fs/inotify/max_user_instances"
+INOTIFY_MIN = 1024
+
+
+def raise_inotify_limit(path=INOTIFY_INSTANCES, minimum=INOTIFY_MIN):
+    """Every node's systemd, journald, udev and logind take inotify instances, all as host root
+    (nspawn without user namespaces): the kernel default of 128 per user runs out at about
+    20 nodes across labs ("Too many open files" at boot). Raise it (never lower it)."""
+    try:
+        with open(path) as fh:
+            current = int(fh.read().strip())
+        if current < minimum:
+            with open(path, "w") as fh:
+                fh.write("%d\n" % minimum)
+            log("raised fs.inotify.max_user_instances from %d to %d for the lab nodes", current, minimum)
+    except (OSError, ValueError) as exc:
+        log("warning: could not raise fs.inotify.max_user_instances (%s): many nodes may fail to boot", exc)
 
 
 def cgroup_layout():
