@@ -277,10 +277,8 @@ host_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices import (
-    CgroupDevicesError,
-    audit,
-)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices_run import cgroup_devices_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def main():
@@ -297,18 +295,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
     try:
-        result = audit(cgroup_root=p["cgroup_root"], proc_path=p["proc_path"],
-                       dev_path=p["dev_path"], mode=p["mode"],
-                       kubepods_path=p["kubepods_path"], probe_method=p["probe_method"],
-                       probe_timeout=p["probe_timeout"],
-                       process_evidence_enabled=p["process_evidence"])
-    except CgroupDevicesError as e:
-        module.fail_json(msg=str(e))
-    for warning in result["host_warnings"]:
-        module.warn(warning)
-    module.exit_json(changed=False, **result)
+        result = cgroup_devices_run(module.params, module.warn)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -211,39 +211,18 @@ kubelet_restarted:
   sample: true
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
     DEFAULT_PATH,
     CheckpointError,
-    MalformedCheckpoint,
-    analyze,
     backup_and_remove,
     describe,
-    parse_checkpoint,
-    read_checkpoint,
 )
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint_run import checkpoint_inspect
 from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file
+from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 _DIFF_RAW_LIMIT = 4096
-
-
-def _validate(module):
-    p = module.params
-    for i, dev in enumerate(p["device_ids"]):
-        if not dev.strip():
-            module.fail_json(msg="device_ids[%d] is empty; expected a GPU-/MIG- UUID" % i)
-    for i, pat in enumerate(p["resource_names"]):
-        if not pat.strip():
-            module.fail_json(msg="resource_names[%d] is empty; expected a glob such as "
-                                 "nvidia.com/*" % i)
-    svc = p["kubelet_service"]
-    if not svc or svc.startswith("-") or any(c.isspace() for c in svc):
-        module.fail_json(msg="kubelet_service %r is not a systemd unit name" % svc)
-    if not os.path.basename(p["path"]):
-        module.fail_json(msg="path %r names a directory, expected the checkpoint file"
-                             % p["path"])
 
 
 def _remove(module, result, data, before, reason):
@@ -307,61 +286,23 @@ def main():
         ),
         supports_check_mode=True,
     )
-    _validate(module)
     p = module.params
     path = p["path"]
-    result = dict(changed=False, exists=False, format=None, registered={}, allocated=[],
-                  stale_ids=[], stale=False, backup_file=None, kubelet_restarted=False)
-
-    data = None
-    problem = None
     try:
-        data = read_checkpoint(path)
-    except MalformedCheckpoint as e:
-        problem = e
-        result["exists"] = True
-    except (IOError, OSError) as e:
-        module.fail_json(msg="%s: cannot read the checkpoint: %s" % (path, e), **result)
-    if data is None and problem is None:
-        result["msg"] = "%s does not exist; nothing to do" % path
+        result, action = checkpoint_inspect(p, module.warn)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    if action is None:
         module.exit_json(**result)
-    result["exists"] = True
-
-    parsed = None
-    if problem is None:
-        try:
-            parsed = parse_checkpoint(data)
-        except MalformedCheckpoint as e:
-            problem = e
-    if problem is not None:
-        if p["state"] == "synced" and p["force"] and data is not None:
-            module.warn("%s is not a usable device checkpoint (%s); force=true: removing it"
-                        % (path, problem))
-            raw = data[:_DIFF_RAW_LIMIT].decode("utf-8", "replace")
-            before = "# %s (unparsable: %s, %d bytes)\n%s%s\n" % (
-                path, problem, len(data), raw, "..." if len(data) > _DIFF_RAW_LIMIT else "")
-            _remove(module, result, data, before, "unparsable: %s" % problem)
-        module.fail_json(msg="%s: %s; the file was left untouched (state=synced with "
-                             "force=true backs it up and removes it)" % (path, problem),
-                         **result)
-
-    analysis = analyze(parsed, p["device_ids"], p["resource_names"])
-    result.update(format=parsed["format"], registered=analysis["registered"],
-                  allocated=analysis["allocated"], stale_ids=analysis["stale_ids"],
-                  stale=analysis["stale"])
-    if analysis["unverifiable_ids"]:
-        module.warn("%s: ids %s are not GPU/MIG UUIDs (device plugin with "
-                    "--device-id-strategy=index?) and are not in device_ids; they cannot be "
-                    "compared and are not counted as stale"
-                    % (path, ", ".join(analysis["unverifiable_ids"][:10])))
-    if not analysis["stale"]:
-        result["msg"] = "%s matches the node (%d device ids checked)" % (
-            path, analysis["checked_ids"])
-        module.exit_json(**result)
-    if p["state"] == "checked":
-        result["msg"] = "%s is stale: %s not on the node" % (path, ", ".join(
-            analysis["stale_ids"][:10]))
-        module.exit_json(**result)
+    if action[0] == "unparsable":
+        data, problem = action[1], action[2]
+        module.warn("%s is not a usable device checkpoint (%s); force=true: removing it"
+                    % (path, problem))
+        raw = data[:_DIFF_RAW_LIMIT].decode("utf-8", "replace")
+        before = "# %s (unparsable: %s, %d bytes)\n%s%s\n" % (
+            path, problem, len(data), raw, "..." if len(data) > _DIFF_RAW_LIMIT else "")
+        _remove(module, result, data, before, "unparsable: %s" % problem)
+    data, parsed, analysis = action[1], action[2], action[3]
     if not p["device_ids"] and not p["force"]:
         module.fail_json(msg="device_ids is empty: refusing to remove %s, every id in it would "
                              "count as stale and a node that reports no GPUs usually has a "

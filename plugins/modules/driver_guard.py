@@ -398,31 +398,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
-    VERDICT_KNOWN_BAD,
-    CatalogError,
-    evaluate,
-    merge_catalog,
-    validate_catalog,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
-    NodeInputError,
-    gather_node,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
-    compute_utils_status,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import VERDICT_KNOWN_BAD
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
+    DRIVER_GUARD_ENVIRON,
+    driver_guard_evaluate,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
     atomic_write,
     backup_file,
 )
-
-try:
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts
-    GPU_FACTS_ERROR = None
-except ImportError as _e:  # gpu.py missing or its imports failing: detection unavailable
-    nvidia_facts = None
-    GPU_FACTS_ERROR = "cannot import kubegpu.fleet gpu module_utils: %s" % _e
+from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def _read(path):
@@ -433,32 +418,6 @@ def _read(path):
         if os.path.exists(path):
             raise
         return None
-
-
-def _summary(res):
-    v = res.get("driver_version") or res.get("kernel_module_version")
-    if res["verdict"] == "absent":
-        return "no NVIDIA driver found"
-    text = "driver %s: %s" % (v, res["verdict"])
-    if res["matches"]:
-        text += " (%s)" % ", ".join("%s: %s [%s]" % (m["id"], m["status"], m["severity"])
-                                    for m in res["matches"])
-    if res.get("recommended_version"):
-        text += "; recommended %s" % res["recommended_version"]
-        rec = res.get("recommendation") or {}
-        if rec.get("reason"):
-            text += ": %s" % rec["reason"]
-        if rec.get("alternatives"):
-            text += "; alternatives: %s" % ", ".join(a["version"] for a in rec["alternatives"])
-    if res.get("reboot_pending"):
-        text += "; reboot pending (loaded kernel module %s)" % res.get("kernel_module_version")
-    probe = (res.get("detection") or {}).get("probe") or {}
-    if probe.get("status") in ("hung", "error"):
-        text += "; GPU probe %s (%s)" % (probe["status"], probe.get("error") or "no detail")
-    unknown = sorted(set(c for m in res["matches"] for c in m["conditions_unknown"]))
-    if unknown:
-        text += "; unknown on this node: %s (pass them as options)" % ", ".join(unknown)
-    return text
 
 
 def _validate_apt(module, result, content):
@@ -605,56 +564,13 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+    module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
     p = module.params
-    if p["_catalog"] is None:
-        module.fail_json(msg="driver_guard received no catalog: run it as the task "
-                         "kubegpu.fleet.driver_guard so its action plugin loads the bundled catalog")
     try:
-        bundled = validate_catalog(p["_catalog"], "bundled catalog")
-        entries, origin = merge_catalog(bundled, p["catalog_extra"])
-    except CatalogError as e:
-        module.fail_json(msg=to_native(e))
-    ids = set(e["id"] for e in entries)
-    unknown = sorted(set(p["skip_entries"]) - ids)
-    if unknown:
-        module.fail_json(msg="skip_entries: unknown catalog id(s) %s (known: %s)"
-                         % (", ".join(repr(u) for u in unknown), ", ".join(sorted(ids))))
-
-    try:
-        node, pkg_info, detection = gather_node(p, module.run_command, module.get_bin_path,
-                                                nvidia_facts, GPU_FACTS_ERROR)
-    except NodeInputError as e:
-        module.fail_json(msg=to_native(e))
-    try:
-        ev = evaluate(entries, node, origin=origin, skip=p["skip_entries"])
-    except ValueError as e:
-        module.fail_json(msg="cannot evaluate the driver: %s" % to_native(e), node=node)
-
-    result = dict(
-        changed=False,
-        verdict=ev["verdict"],
-        branch=ev["branch"],
-        driver_version=node["driver_version"],
-        kernel_module_version=node["kernel_module_version"],
-        reboot_pending=ev["reboot_pending"],
-        matches=ev["matches"],
-        not_applicable=ev["not_applicable"],
-        recommended_version=ev["recommended_version"],
-        recommendation=ev["recommendation"],
-        packages=pkg_info["packages"],
-        package_manager=pkg_info["manager"],
-        package_query_error=pkg_info["error"],
-        compute_utils=compute_utils_status(pkg_info["packages"], node["driver_version"],
-                                           pkg_info["manager"]),
-        node=node,
-        detection=detection,
-        catalog={"entries": len(entries), "bundled": len(bundled),
-                 "extra": len(entries) - len(bundled), "skipped": sorted(set(p["skip_entries"]))},
-    )
-    if pkg_info["error"]:
-        module.warn("installed NVIDIA packages unknown: %s" % pkg_info["error"])
-    result["msg"] = _summary(result)
+        result, entries, ev, node = driver_guard_evaluate(p, module.run_command,
+                                                          module.get_bin_path, module.warn)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
 
     if p["state"] == "enforce" and ev["verdict"] == VERDICT_KNOWN_BAD:
         bad = [m for m in ev["matches"] if m["status"] == VERDICT_KNOWN_BAD]

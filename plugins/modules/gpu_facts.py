@@ -294,10 +294,11 @@ ansible_facts:
           type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import (
-    BACKENDS, GpuFactsError, nvidia_facts, pynvml_available)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import BACKENDS
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def main():
@@ -311,20 +312,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    if p["backend"] == "nvml" and not pynvml_available():
-        module.fail_json(msg=missing_required_lib("nvidia-ml-py (module pynvml)",
-                                                  reason="for backend=nvml"))
     try:
-        facts = nvidia_facts(proc_path=p["proc_path"], dev_path=p["dev_path"],
-                             driver_root=p["driver_root"], backend=p["backend"],
-                             timeout=p["timeout"])
-    except GpuFactsError as e:
-        module.fail_json(msg=str(e))
-    probe = facts["probe"]
-    if probe["status"] in ("hung", "error"):
-        module.warn("gpu_facts: %s probe %s: %s" % (probe["backend"], probe["status"], probe["error"]))
-    module.exit_json(changed=False, ansible_facts={"nvidia": facts})
+        result = gpu_facts_run(module.params, module.warn)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -348,34 +348,10 @@ ansible_facts:
           returned: always
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import gather_kubelet_facts, unanswered_allocations
-
-
-def allocation_log(module):
-    """Unanswered device-plugin calls from the kubelet's journal (never fails the task)."""
-    p = module.params
-    out = {"source": None, "unit": p["journal_unit"], "since": p["journal_since"], "error": None,
-           "unanswered": []}
-    if not p["scan_journal"]:
-        return out
-    journalctl = module.get_bin_path("journalctl")
-    if journalctl is None:
-        out["error"] = "journalctl not found"
-        return out
-    rc, stdout, stderr = module.run_command(
-        [journalctl, "-u", p["journal_unit"], "--since", p["journal_since"], "-o", "short-unix",
-         "--no-pager", "-q"], environ_update={"SYSTEMD_PAGER": "", "LC_ALL": "C"})
-    if rc != 0:
-        out["error"] = (stderr or stdout).strip()[:500] or "journalctl exited %d" % rc
-        return out
-    out["source"] = "journal"
-    out["unanswered"] = unanswered_allocations(stdout.splitlines(), now=time.time())
-    return out
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def main():
@@ -389,21 +365,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    proc_path = module.params["proc_path"]
-    config_path = module.params["config_path"]
-    if not proc_path or not os.path.isdir(proc_path):
-        module.fail_json(msg="proc_path %r is not a directory" % (proc_path,))
-    if config_path is not None:
-        if not config_path or not os.path.isabs(config_path):
-            module.fail_json(msg="config_path %r must be an absolute path" % (config_path,))
-        if os.path.isdir(config_path):
-            module.fail_json(msg="config_path %r is a directory, not a KubeletConfiguration file"
-                             % (config_path,))
-
-    facts = gather_kubelet_facts(proc_path=proc_path, config_path=config_path,
-                                 path_binary=module.get_bin_path("kubelet"))
-    facts["allocation_log"] = allocation_log(module)
-    module.exit_json(changed=False, ansible_facts={"kubelet": facts})
+    try:
+        result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

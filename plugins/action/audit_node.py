@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of kubegpu.fleet.audit_node.
+
+Like the driver_guard action plugin, it loads and validates the bundled known-bad driver
+catalog together with the task's ``catalog_extra`` and passes it to the module in ``_catalog``.
+A bad catalog fails only the driver_guard probe (as it fails only the driver_guard task when
+the probes run as separate tasks); the other probes still run on the node. Afterwards it sets
+the ``nvidia`` and ``kubelet`` facts from the probes that succeeded (as gpu_facts and
+kubelet_facts do), on the controller, so the facts cross the connection only once.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import CATALOG_PATH, load_bundled_catalog
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import CatalogError, merge_catalog
+
+MODULE = "kubegpu.fleet.audit_node"
+PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        self._supports_check_mode = True
+        self._supports_async = False
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+
+        args = dict(self._task.args)
+        if "_catalog" in args:
+            result.update(failed=True,
+                          msg="_catalog is internal to audit_node: the bundled catalog is loaded "
+                              "by the action plugin; use catalog_extra to add entries")
+            return result
+        catalog_error = None
+        bundled = []
+        try:
+            catalog = load_bundled_catalog()
+            bundled = catalog["entries"]
+            merge_catalog(bundled, args.get("catalog_extra"))
+        except CatalogError as e:
+            catalog, catalog_error = None, to_native(e)
+        except (IOError, OSError) as e:
+            catalog = None
+            catalog_error = "cannot read the bundled catalog %s: %s" % (CATALOG_PATH, to_native(e))
+        if catalog is not None:
+            args["_catalog"] = catalog
+
+        module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        invocation = module_result.get("invocation")
+        if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
+            if invocation["module_args"].get("_catalog") is not None:
+                invocation["module_args"]["_catalog"] = "<bundled catalog %s: %d entries>" % (
+                    CATALOG_PATH, len(bundled))
+        probes = module_result.get("probes")
+        if isinstance(probes, dict):
+            if catalog_error is not None:
+                # What the driver_guard task reports for a bad catalog, before reaching the node.
+                probes["driver_guard"] = {"changed": False, "failed": True, "msg": catalog_error}
+                failed = set(module_result.get("failed_probes") or []) | set(["driver_guard"])
+                module_result["failed_probes"] = [n for n in PROBES if n in failed]
+            facts = {}
+            for probe, key in (("gpu_facts", "nvidia"), ("kubelet_facts", "kubelet")):
+                res = probes.get(probe) or {}
+                if not res.get("failed") and key in (res.get("ansible_facts") or {}):
+                    facts[key] = res["ansible_facts"][key]
+            if facts:
+                module_result["ansible_facts"] = facts
+        result.update(module_result)
+        return result

@@ -1,0 +1,280 @@
+# -*- coding: utf-8 -*-
+"""kubegpu.fleet.audit_node through real ansible-playbook on localhost.
+
+Each scenario builds one node's filesystems in a temp dir - the fake libnvidia-ml.so.1 from
+tests/fakes/nvml (loaded by the real pynvml inside the module) with its procfs and /dev, a
+fake kubelet process (tests/fixtures/kubelet) whose --root-dir holds a device checkpoint, and
+a plain copy of a cgroup v1 devices hierarchy - then runs the audit role twice in one play:
+once with kubegpu_audit_single_pass false (the five node modules as separate tasks) and once
+with true (audit_node). Every probe result and the evaluated findings must be the same.
+"""
+from __future__ import absolute_import, division, print_function
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "kubelet"))
+import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
+from kubelet_fakeproc import FakeProc, fixture_path, write_script  # noqa: E402  pylint: disable=wrong-import-position
+
+HARNESS_ENV = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
+V = fakenvml.DEFAULT_VERSION
+POD_UID = "0f1c2d3e-4a5b-4c6d-8e9f-a0b1c2d3e4f5"
+GONE = "GPU-00000000-dead-beef-0000-000000000000"
+PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+# Registered-result keys that say how a task ran rather than what the module found.
+TASK_KEYS = ("invocation", "warnings", "deprecations", "skip_reason", "false_condition", "exception")
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return fakenvml.build(V)
+
+
+class Node(object):
+    """One node's filesystems under ``base``."""
+
+    def __init__(self, base, root):
+        self.base = base
+        self.root = root
+        self.nproc = os.path.join(base, "nvidia-proc")
+        self.dev = os.path.join(base, "dev")
+        self.scenario = os.path.join(base, "nvml.json")
+        self.kubelet_root = os.path.join(base, "var-lib-kubelet")
+        self.cgroup = os.path.join(base, "cgroup")
+        self.kproc = FakeProc(os.path.join(base, "k")).path
+        self.vars = {}
+
+    def setup(self, gpus, kernel=V, checkpoint_ids=None, **scenario):
+        fakenvml.write_procfs(self.nproc, version=kernel, gpus=gpus)
+        scenario.setdefault("kernel_module_version_file",
+                            os.path.join(self.nproc, "driver", "nvidia", "version"))
+        fakenvml.write_scenario(self.scenario, gpus, **scenario)
+        os.makedirs(self.dev)
+        if kernel:
+            mig = [(g["minor_number"], m["gpu_instance_id"], m["compute_instance_id"])
+                   for g in gpus for m in g.get("mig_devices", [])]
+            fakenvml.make_dev_nodes(self.dev, fakenvml.standard_dev_nodes(
+                [g["minor_number"] for g in gpus], mig))
+        # A kubelet with its own root dir and a static-CPU-manager config.
+        fp = FakeProc(os.path.join(self.base, "k"))
+        fp.set_meminfo(64 << 30)
+        cfg = os.path.join(self.base, "kubelet-config.yaml")
+        with open(fixture_path("gpu-static-config.yaml.fixture")) as src, open(cfg, "w") as dst:
+            dst.write(src.read())
+        fp.add_process(4242, ["/usr/bin/kubelet", "--config=%s" % cfg,
+                              "--root-dir=%s" % self.kubelet_root],
+                       exe=write_script(os.path.join(self.base, "kubelet-1.31.4")))
+        # Device checkpoint: the node's ids plus ``checkpoint_ids`` (e.g. a GPU that is gone).
+        ids = [g["uuid"] for g in gpus] + list(checkpoint_ids or [])
+        ckpt = os.path.join(self.kubelet_root, "device-plugins", "kubelet_internal_checkpoint")
+        os.makedirs(os.path.dirname(ckpt))
+        with open(ckpt, "w") as f:
+            json.dump({"Data": {"PodDeviceEntries": [
+                {"PodUID": POD_UID, "ContainerName": "main", "ResourceName": "nvidia.com/gpu",
+                 "DeviceIDs": {"-1": ids[:1]}, "AllocResp": ""}],
+                "RegisteredDevices": {"nvidia.com/gpu": ids}}, "Checksum": 1}, f)
+        # cgroup v1 devices hierarchy (plain files): one container lacks nvidia-uvm.
+        pod = os.path.join(self.cgroup, "devices", "kubepods", "burstable", "pod" + POD_UID)
+        for cid, rules in (("c0ffee01", "c 195:* rwm\nc %d:* rwm\n" % fakenvml.UVM_MAJOR),
+                           ("c0ffee02", "c 195:0 rwm\nc 195:255 rwm\n")):
+            os.makedirs(os.path.join(pod, cid))
+            with open(os.path.join(pod, cid, "devices.list"), "w") as f:
+                f.write(rules)
+        self.vars = {
+            "kubegpu_node_name": "gpu-node-1",
+            "kubegpu_proc_path": self.kproc,
+            "kubegpu_nvidia_proc_path": self.nproc,
+            "kubegpu_dev_path": self.dev,
+            "kubegpu_driver_root": self.root,
+            "kubegpu_cgroup_root": self.cgroup,
+            "kubegpu_cgroup_mode": "list",
+            "kubegpu_gpu_probe_timeout": 10,
+        }
+        return self
+
+    @property
+    def env(self):
+        env = dict(HARNESS_ENV)
+        env["KUBEGPU_FAKE_NVML_CONFIG"] = self.scenario
+        return env
+
+
+@pytest.fixture
+def node(tmp_path, driver):
+    return Node(str(tmp_path), driver.root)
+
+
+def _role(single_pass, save_as):
+    return [
+        {"name": "audit single_pass=%s" % single_pass, "ansible.builtin.include_role": {
+            "name": "kubegpu.fleet.audit"}, "vars": {"kubegpu_audit_single_pass": single_pass}},
+        {"name": "save %s" % save_as, "ansible.builtin.set_fact": {save_as: {
+            "audit": "{{ kubegpu_audit }}",
+            "node": "{{ kubegpu_audit_node | default({}) }}",
+            "tasks": {"gpu_facts": "{{ kubegpu_audit_gpu | default({}) }}",
+                      "kubelet_facts": "{{ kubegpu_audit_kubelet | default({}) }}",
+                      "driver_guard": "{{ kubegpu_audit_guard | default({}) }}",
+                      "checkpoint_sync": "{{ kubegpu_audit_checkpoint | default({}) }}",
+                      "cgroup_devices": "{{ kubegpu_audit_cgroups | default({}) }}"}}}},
+    ]
+
+
+def run_both(ansible, node, **extra_vars):
+    """Audit role with the five tasks, then with audit_node; return (five, single, seconds)."""
+    play_vars = dict(node.vars)
+    play_vars.update(extra_vars)
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": (
+        _role(False, "an_five")
+        + [{"name": "start", "ansible.builtin.set_fact": {"an_t0": "{{ now().timestamp() }}"}}]
+        + _role(True, "an_single")
+        + [{"name": "dump", "ansible.builtin.debug": {"msg": {
+            "five": "{{ an_five }}", "single": "{{ an_single }}",
+            "seconds": "{{ now().timestamp() - an_t0 | float }}"}}}])}]
+    res = ansible.playbook(play, env=node.env)
+    assert res.rc == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = res.task("dump")["msg"]
+    return out["five"], out["single"], float(out["seconds"])
+
+
+def _clean(value):
+    """Drop how-the-task-ran keys and timings (recursively) so results compare by content."""
+    if isinstance(value, dict):
+        return dict((k, _clean(v)) for k, v in value.items()
+                    if k not in TASK_KEYS and not k.startswith("_ansible")
+                    and k not in ("elapsed", "age_seconds") and not (k == "failed" and v is False))
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def assert_same(five, single):
+    probes = single["node"]["probes"]
+    assert sorted(probes) == sorted(PROBES)
+    for name in PROBES:
+        task, probe = five["tasks"][name], probes[name]
+        assert bool(task.get("skipped")) == bool(probe.get("skipped")), name
+        assert bool(task.get("failed")) == bool(probe.get("failed")), (name, task.get("msg"), probe.get("msg"))
+        assert _clean(task) == _clean(probe), name
+        # What the task warned, the probe warned.
+        assert task.get("warnings", []) == probe.get("warnings", []), name
+    # Same findings (evidence timings such as the probe's elapsed seconds aside).
+    assert _clean(five["audit"]) == _clean(single["audit"])
+    assert _ids(five["audit"]) == _ids(single["audit"])
+    assert single["audit"]["status"] == "audited"
+    return probes
+
+
+def _ids(audit):
+    return sorted(f["id"] for f in audit["findings"])
+
+
+def test_healthy_node_same_results_and_findings(ansible, node):
+    gpus = [fakenvml.gpu(0), fakenvml.gpu(1)]
+    node.setup(gpus, checkpoint_ids=[GONE])
+    five, single, _s = run_both(ansible, node)
+    probes = assert_same(five, single)
+    nv = probes["gpu_facts"]["ansible_facts"]["nvidia"]
+    assert nv["probe"]["status"] == "ok" and nv["gpu_count"] == 2
+    kl = probes["kubelet_facts"]["ansible_facts"]["kubelet"]
+    assert kl["running"] and kl["root_dir"] == node.kubelet_root
+    assert probes["driver_guard"]["verdict"] == "ok"
+    assert probes["driver_guard"]["driver_version"] == V
+    # The checkpoint the kubelet probe found, compared with the GPU probe's device ids.
+    assert probes["checkpoint_sync"]["stale"] is True and probes["checkpoint_sync"]["stale_ids"] == [GONE]
+    assert [b["container_id"] for b in probes["cgroup_devices"]["broken"]] == ["c0ffee02"]
+    assert {"checkpoint.stale", "cgroup.devices_missing"} <= set(_ids(single["audit"]))
+    assert single["node"]["failed_probes"] == []
+    # The action plugin sets the facts gpu_facts and kubelet_facts set.
+    assert single["node"]["ansible_facts"]["nvidia"] == nv
+
+
+def test_hung_nvml_init_times_out_and_skips_the_checkpoint(ansible, node):
+    bad = fakenvml.build("570.148.08")
+    node.root = bad.root
+    node.setup([fakenvml.gpu(0, profiles=["1g.10gb"]), fakenvml.gpu(1, mig=False)],
+               kernel="570.148.08", checkpoint_ids=[GONE])
+    five, single, seconds = run_both(ansible, node, kubegpu_gpu_probe_timeout=1.5)
+    probes = assert_same(five, single)
+    nv = probes["gpu_facts"]["ansible_facts"]["nvidia"]
+    assert nv["probe"]["status"] == "hung" and nv["probe"]["hung_in"] == "nvmlInit"
+    assert single["node"]["elapsed"]["gpu_facts"] < 1.5 + 2
+    assert any("hung" in w for w in probes["gpu_facts"]["warnings"])
+    # No trustworthy device list: the stale check is skipped, as the role's condition does.
+    assert probes["checkpoint_sync"]["skipped"] is True
+    assert probes["cgroup_devices"].get("skipped") is not True
+    assert probes["driver_guard"]["verdict"] in ("known_bad", "at_risk")
+    assert "checkpoint.stale" not in _ids(single["audit"])
+    # The whole single-pass role run (incl. evaluation) is bounded by the probe timeout.
+    assert seconds < 1.5 * 2 + 30
+
+
+def test_node_without_gpu_skips_checkpoint_and_cgroups(ansible, node, tmp_path):
+    node.setup([], kernel=None)
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    node.root = str(empty)
+    five, single, _s = run_both(ansible, node, kubegpu_driver_root=str(empty))
+    probes = assert_same(five, single)
+    nv = probes["gpu_facts"]["ansible_facts"]["nvidia"]
+    assert nv["probe"]["status"] == "absent" and nv["present"] is False
+    assert probes["checkpoint_sync"]["skipped"] and probes["cgroup_devices"]["skipped"]
+    assert probes["driver_guard"]["verdict"] == "absent"
+
+
+def test_failing_probes_fail_alone(ansible, node, tmp_path):
+    """A relative kubelet config path fails kubelet_facts, a bad catalog_extra fails driver_guard
+    (on the controller), a missing cgroup root fails cgroup_devices; the rest still runs and the
+    role records each as an error of that probe, the same way in both modes."""
+    node.setup([fakenvml.gpu(0)], checkpoint_ids=[GONE])
+    five, single, _s = run_both(ansible, node, kubegpu_kubelet_config_path="relative/config.yaml",
+                                kubegpu_catalog_extra=[{"id": "broken-entry"}],
+                                kubegpu_cgroup_root=str(tmp_path / "no-such-cgroup"))
+    probes = assert_same(five, single)
+    assert single["node"]["failed_probes"] == ["kubelet_facts", "driver_guard", "cgroup_devices"]
+    assert "absolute path" in probes["kubelet_facts"]["msg"]
+    assert "broken-entry" in probes["driver_guard"]["msg"]
+    assert probes["gpu_facts"].get("failed") is not True
+    # kubelet_facts failed, so the checkpoint is looked for at the kubelet's default path.
+    assert probes["checkpoint_sync"].get("failed") is not True
+    assert single["node"]["ansible_facts"].keys() == {"nvidia"}
+
+
+def test_a_raising_probe_becomes_that_probes_error():
+    """An unexpected exception in one probe is captured with its traceback (unit level: no
+    option combination makes the real helpers raise)."""
+    from ansible_collections.kubegpu.fleet.plugins.modules.audit_node import _run_probe
+
+    def boom(warn):
+        warn("about to fail")
+        raise KeyError("nvidia")
+
+    warned = []
+    res = _run_probe("kubelet_facts", boom, warned.append)
+    assert res["failed"] is True and res["changed"] is False
+    assert res["msg"] == "kubelet_facts probe raised KeyError: 'nvidia'"
+    assert "KeyError" in res["exception"]
+    assert res["warnings"] == warned == ["about to fail"]
+    ok = _run_probe("gpu_facts", lambda warn: {"changed": False}, warned.append)
+    assert ok == {"changed": False}
+
+
+def test_check_mode_is_the_same(ansible, node):
+    node.setup([fakenvml.gpu(0)])
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "one pass", "kubegpu.fleet.audit_node": {
+            "proc_path": node.kproc, "nvidia_proc_path": node.nproc, "dev_path": node.dev,
+            "driver_root": node.root, "cgroup_root": node.cgroup, "cgroup_mode": "list"}}]}]
+    started = time.time()
+    res = ansible.playbook(play, check=True, env=node.env)
+    assert res.rc == 0, res.stdout[-2000:]
+    out = res.task("one pass")
+    assert out["changed"] is False and out["failed_probes"] == []
+    assert out["probes"]["checkpoint_sync"]["stale"] is False
+    assert time.time() - started < 120
