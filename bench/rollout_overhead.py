@@ -333,8 +333,8 @@ def run(ctx):
                 if res["rc"] != 0:
                     with open(logfile) as f:
                         raise RuntimeError("rolling_reboot %s failed (rc %d):\n%s" % (tag, res["rc"], f.read()[-5000:]))
-                benchlib.log("rolling_reboot %-8s wall %6.1f s  controller CPU %6.1f s" % (tag, res["wall_s"],
-                                                                                        res["cpu_s"]))
+                benchlib.log("rolling_reboot %-8s wall %6.1f s  controller CPU %6.1f s"
+                             % (tag, res["wall_s"], res["cpu_s"]))
                 return res, timeline
 
             # warm-up: nothing pending, kubegpu_reboot=needed -> plan and checks only, no change

@@ -52,7 +52,7 @@ def node_of(host):
 
 def dpkg_version(host, pkg):
     cmd = host.run("dpkg-query -W -f '${Status}|${Version}' %s" % pkg)
-    status, _, version = cmd.stdout.partition("|")
+    status, _sep, version = cmd.stdout.partition("|")
     return version if cmd.rc == 0 and status.endswith(" installed") else None
 
 
