@@ -14,11 +14,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import CATALOG_PATH, load_bundled_catalog
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import CatalogError, merge_catalog
+from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import catalog_with_extra, redact_catalog
 
 MODULE = "kubegpu.fleet.audit_node"
 PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
@@ -41,26 +39,13 @@ class ActionModule(ActionBase):
                           msg="_catalog is internal to audit_node: the bundled catalog is loaded "
                               "by the action plugin; use catalog_extra to add entries")
             return result
-        catalog_error = None
-        bundled = []
-        try:
-            catalog = load_bundled_catalog()
-            bundled = catalog["entries"]
-            merge_catalog(bundled, args.get("catalog_extra"))
-        except CatalogError as e:
-            catalog, catalog_error = None, to_native(e)
-        except (IOError, OSError) as e:
-            catalog = None
-            catalog_error = "cannot read the bundled catalog %s: %s" % (CATALOG_PATH, to_native(e))
+        catalog, catalog_error = catalog_with_extra(args.get("catalog_extra"))
         if catalog is not None:
             args["_catalog"] = catalog
 
         module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-        invocation = module_result.get("invocation")
-        if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
-            if invocation["module_args"].get("_catalog") is not None:
-                invocation["module_args"]["_catalog"] = "<bundled catalog %s: %d entries>" % (
-                    CATALOG_PATH, len(bundled))
+        if catalog is not None:
+            redact_catalog(module_result, catalog)
         probes = module_result.get("probes")
         if isinstance(probes, dict):
             if catalog_error is not None:

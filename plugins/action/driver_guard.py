@@ -43,6 +43,28 @@ def load_bundled_catalog(path=CATALOG_PATH):
     return data
 
 
+def catalog_with_extra(extra):
+    """``(catalog, None)``: the bundled catalog with ``catalog_extra`` merged in; or
+    ``(None, message)`` when either is invalid or the bundled file cannot be read."""
+    try:
+        catalog = load_bundled_catalog()
+        merge_catalog(catalog["entries"], extra)
+    except CatalogError as e:
+        return None, to_native(e)
+    except (IOError, OSError) as e:
+        return None, "cannot read the bundled catalog %s: %s" % (CATALOG_PATH, to_native(e))
+    return catalog, None
+
+
+def redact_catalog(module_result, catalog):
+    """Replace the injected catalog in the echoed invocation by a one-line summary."""
+    invocation = module_result.get("invocation")
+    if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
+        if invocation["module_args"].get("_catalog") is not None:
+            invocation["module_args"]["_catalog"] = "<bundled catalog %s: %d entries>" % (
+                CATALOG_PATH, len(catalog["entries"]))
+
+
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
@@ -60,23 +82,13 @@ class ActionModule(ActionBase):
                           msg="_catalog is internal to driver_guard: the bundled catalog is loaded "
                               "by the action plugin; use catalog_extra to add entries")
             return result
-        try:
-            catalog = load_bundled_catalog()
-            bundled = catalog["entries"]
-            merge_catalog(bundled, args.get("catalog_extra"))
-        except CatalogError as e:
-            result.update(failed=True, msg=to_native(e))
-            return result
-        except (IOError, OSError) as e:
-            result.update(failed=True, msg="cannot read the bundled catalog %s: %s" % (CATALOG_PATH, to_native(e)))
+        catalog, error = catalog_with_extra(args.get("catalog_extra"))
+        if error is not None:
+            result.update(failed=True, msg=error)
             return result
 
         args["_catalog"] = catalog
         module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-        invocation = module_result.get("invocation")
-        if isinstance(invocation, dict) and isinstance(invocation.get("module_args"), dict):
-            if "_catalog" in invocation["module_args"]:
-                invocation["module_args"]["_catalog"] = "<bundled catalog %s: %d entries>" % (
-                    CATALOG_PATH, len(bundled))
+        redact_catalog(module_result, catalog)
         result.update(module_result)
         return result
