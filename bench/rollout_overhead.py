@@ -134,6 +134,9 @@ def _unschedulable_patch(entry, value):
     if not entry.get("changed") or entry.get("code", 200) >= 300:
         return False
     body = _body(entry)
+    if isinstance(body, list):   # RFC 6902 JSON patch (kubegpu.fleet.node_maintenance)
+        return any(op.get("op") in ("add", "replace") and op.get("path") == "/spec/unschedulable"
+                   and op.get("value") is value for op in body if isinstance(op, dict))
     return isinstance(body, dict) and (body.get("spec") or {}).get("unschedulable") is value
 
 

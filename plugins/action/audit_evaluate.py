@@ -26,6 +26,7 @@ class ActionModule(ActionBase):
         "pending_threshold": {"type": "int", "default": 300},
         "memory_min_fraction": {"type": "float", "default": 0.8},
         "skip": {"type": "list", "elements": "str", "default": []},
+        "unreachable": {"type": "str", "default": ""},
     }
 
     def run(self, tmp=None, task_vars=None):
@@ -35,6 +36,11 @@ class ActionModule(ActionBase):
         if unknown:
             result.update(failed=True, msg="unknown finding id(s) in skip: %s (known: %s)"
                           % (", ".join(unknown), ", ".join(sorted(FINDINGS))))
+            return result
+        if args["unreachable"]:
+            # The node probes never reached the node: listed as unreachable, never dropped.
+            audit = {"node": args["node"], "status": "unreachable", "error": args["unreachable"], "findings": []}
+            result.update(changed=False, findings=[], ansible_facts={"kubegpu_audit": audit})
             return result
         ctx = dict((k, args[k]) for k in ("nvidia", "kubelet", "driver_guard", "checkpoint", "cgroups", "api",
                                           "errors"))

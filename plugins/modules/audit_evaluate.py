@@ -65,6 +65,13 @@ options:
     type: list
     elements: str
     default: []
+  unreachable:
+    description:
+      - Non-empty when the node probes could not reach the node (the message of the
+        unreachable result). The node is then recorded with C(status=unreachable) and this
+        message as C(error), without findings, and every other fact option is ignored.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
@@ -86,7 +93,8 @@ findings:
   type: list
   elements: dict
 ansible_facts:
-  description: C(kubegpu_audit) with C(node), C(status) and C(findings).
+  description: C(kubegpu_audit) with C(node), C(status) (C(audited) or C(unreachable)), C(findings)
+    and, for an unreachable node, C(error).
   returned: always
   type: dict
 """

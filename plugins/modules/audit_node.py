@@ -105,8 +105,8 @@ attributes:
     membership:
       - kubegpu.fleet.node
 notes:
-  - The C(kubegpu.fleet.audit) role uses this module unless C(kubegpu_audit_single_pass) is
-    false, which runs the five modules as separate tasks instead.
+  - The C(kubegpu.fleet.audit) role uses this module (entry point C(main)); its entry point
+    C(node_modules) runs the five modules as separate tasks instead.
   - The journal scan of kubelet_facts and every other option of the five modules keep their
     defaults.
 seealso:

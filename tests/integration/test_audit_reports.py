@@ -34,12 +34,9 @@ def run_audit(ansible, tmp_path, check=False):
             {"name": "Remember hosts", "ansible.builtin.set_fact": {"kubegpu_audit_play_hosts": "{{ ansible_play_hosts_all }}"},
              "delegate_to": "localhost", "delegate_facts": True, "run_once": True},
             {"name": "Reach the node", "ansible.builtin.ping": None, "register": "reach", "ignore_unreachable": True},
-            {"name": "Record unreachable", "when": "reach is unreachable", "ansible.builtin.set_fact": {
-                "kubegpu_audit": {"node": "{{ inventory_hostname }}", "status": "unreachable",
-                                  "error": "{{ reach.msg }}", "findings": []}}},
-            {"name": "Stop", "when": "reach is unreachable", "ansible.builtin.meta": "end_host"},
             {"name": "Evaluate", "kubegpu.fleet.audit_evaluate": {
                 "node": "{{ inventory_hostname }}",
+                "unreachable": "{{ reach.msg if reach is unreachable else '' }}",
                 "nvidia": "{{ nv if inventory_hostname == 'gpu-bad' else {} }}",
                 "driver_guard": "{{ guard if inventory_hostname == 'gpu-bad' else {'verdict': 'ok'} }}"},
              "vars": {"nv": NV_BAD, "guard": GUARD_BAD}},
@@ -67,6 +64,34 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     assert sorted(f["id"] for f in bad["findings"]) == ["driver.compute_utils", "driver.known_bad", "nvml.hung"]
     md = open(os.path.join(report_dir, "kubegpu-audit.md")).read()
     assert "**Unreachable:** gpu-gone" in md
+
+
+def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
+    """The real role's main entry point: audit_node cannot reach the host, the evaluation records
+    it as unreachable with the connection error, and the report lists it."""
+    report_dir = str(tmp_path / "reports")
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {
+        "gpu-gone": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                     "ansible_ssh_common_args": "-o ConnectTimeout=2 -o StrictHostKeyChecking=no"}}}}))
+    plays = [
+        {"name": "nodes", "hosts": "all", "gather_facts": False, "roles": [{"role": "kubegpu.fleet.audit"}]},
+        {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
+            {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
+             "vars": {"kubegpu_audit_report_dir": report_dir}}]},
+    ]
+    res = ansible.playbook(plays, inventory=str(inventory), env={"ANSIBLE_HOST_KEY_CHECKING": "False"})
+    probe = res.task("kubegpu.fleet.audit : Run the node probes in one module run", host="gpu-gone")
+    assert probe.get("unreachable"), probe
+    evaluated = res.task("kubegpu.fleet.audit : Evaluate findings", host="gpu-gone")
+    audit = evaluated["ansible_facts"]["kubegpu_audit"]
+    assert audit["status"] == "unreachable" and audit["findings"] == []
+    assert "port 1" in audit["error"] or "Connection refused" in audit["error"], audit
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        report = json.load(f)
+    assert report["summary"]["unreachable"] == ["gpu-gone"]
+    node = report["nodes"][0]
+    assert (node["name"], node["status"]) == ("gpu-gone", "unreachable")
 
 
 def test_check_mode_gives_the_same_report(ansible, tmp_path):

@@ -14,6 +14,7 @@ nodes' boot IDs:
 4. the API double going away while the role waits for the rebooted node fails the play
    without uncordoning anything.
 """
+import json
 import os
 import threading
 import time
@@ -101,10 +102,21 @@ def role_writes(lab, since):
             and e.get("changed") and not e.get("dry_run")]
 
 
+def sets_unschedulable(entry, value):
+    """Does this history entry's body set spec.unschedulable to value (merge or JSON patch)?"""
+    try:
+        body = json.loads(entry.get("body") or "{}")
+    except ValueError:
+        return False
+    if isinstance(body, list):
+        return any(isinstance(op, dict) and op.get("op") in ("add", "replace") and op.get("path") == "/spec/unschedulable"
+                   and op.get("value") is value for op in body)
+    return isinstance(body, dict) and (body.get("spec") or {}).get("unschedulable") is value
+
+
 def node_patches(entries, name, unschedulable):
-    needle = '"unschedulable":%s' % ("true" if unschedulable else "false")
     return [e for e in entries if e["resource"] == "nodes" and e["name"] == name and e["verb"] == "patch"
-            and needle in (e.get("body") or "").replace(" ", "")]
+            and sets_unschedulable(e, unschedulable)]
 
 
 def boot_ids(lab):
@@ -167,7 +179,7 @@ def test_rollout_keeps_the_budget_and_the_operator_cordon(lab, ansible):
     plan = res.task("kubegpu.fleet.rolling_reboot : Plan the rollout")["ansible_facts"]["kubegpu_rollout"]
     assert plan["hosts"][0] == "rr-c" and plan["limit"] == 2 and plan["serial"] == [2, 1, 1, 1, 1]
     # each node was cordoned only once its batch was under the budget: never two at once
-    cordons = [e for e in writes if e["resource"] == "nodes" and '"unschedulable":true' in (e.get("body") or "")]
+    cordons = [e for e in writes if e["resource"] == "nodes" and sets_unschedulable(e, True)]
     assert sorted(e["name"] for e in cordons) == sorted(n for n in NODES if n != "rr-c")
 
 
@@ -300,6 +312,6 @@ def test_api_going_away_fails_the_play_without_uncordoning(lab, ansible):
     assert res.rc != 0
     assert "Wait until the Node is Ready with a new boot ID" in failure_text(res)
     writes = role_writes(lab, since)
-    assert not [e for e in writes if e["resource"] == "nodes" and '"unschedulable":false' in (e.get("body") or "")]
+    assert not [e for e in writes if e["resource"] == "nodes" and sets_unschedulable(e, False)]
     assert lab.node_obj("rr-d")["spec"].get("unschedulable") is True
     restore(lab)

@@ -5,8 +5,8 @@ Each scenario builds one node's filesystems in a temp dir - the fake libnvidia-m
 tests/fakes/nvml (loaded by the real pynvml inside the module) with its procfs and /dev, a
 fake kubelet process (tests/fixtures/kubelet) whose --root-dir holds a device checkpoint, and
 a plain copy of a cgroup v1 devices hierarchy - then runs the audit role twice in one play:
-once with kubegpu_audit_single_pass false (the five node modules as separate tasks) and once
-with true (audit_node). Every probe result and the evaluated findings must be the same.
+once through the node_modules entry point (the five node modules as separate tasks) and once
+through main (audit_node). Every probe result and the evaluated findings must be the same.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -114,7 +114,7 @@ def node(tmp_path, driver):
 def _role(single_pass, save_as):
     return [
         {"name": "audit single_pass=%s" % single_pass, "ansible.builtin.include_role": {
-            "name": "kubegpu.fleet.audit"}, "vars": {"kubegpu_audit_single_pass": single_pass}},
+            "name": "kubegpu.fleet.audit", "tasks_from": "main" if single_pass else "node_modules"}},
         {"name": "save %s" % save_as, "ansible.builtin.set_fact": {save_as: {
             "audit": "{{ kubegpu_audit }}",
             "node": "{{ kubegpu_audit_node | default({}) }}",
