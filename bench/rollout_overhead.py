@@ -55,7 +55,7 @@ ROLE_UA = "OpenAPI-Generator/"   # the kubernetes Python client behind kubernete
 T_DRAINED = "Wait until only DaemonSet and mirror pods are left on the node"
 T_REBOOT = "Reboot the node"
 T_READY_WAIT = "Wait until the Node is Ready with a new boot ID"
-T_VALIDATED = "Wait until the GPU resources are back on the Node"
+T_VALIDATED = "Wait until the device plugin is Ready and the GPU resources are back on the Node"
 T_PLAN = "Plan the rollout"
 
 TIMELINE_CALLBACK = '''
@@ -95,7 +95,8 @@ class CallbackModule(CallbackBase):
 
     def _end(self, ev, result):
         rec = dict(ev=ev, host=result._host.get_name(), task=result._task.get_name(),
-                   attempts=result._result.get("attempts"), changed=result._result.get("changed"))
+                   attempts=result._result.get("attempts"), changed=result._result.get("changed"),
+                   polls=result._result.get("polls"))
         plan = (result._result.get("ansible_facts") or {}).get("kubegpu_rollout")
         if isinstance(plan, dict):
             rec["plan"] = {"serial": plan.get("serial"), "hosts": plan.get("hosts")}
@@ -156,6 +157,8 @@ def _load_timeline(path):
             else:
                 slot["end"] = rec["t"]
                 slot["status"] = rec["ev"]
+                if rec.get("polls"):   # an in-process wait (node_maintenance): its checks past the first
+                    slot["retries"] += int(rec["polls"]) - 1
                 if rec.get("plan"):
                     plan = rec["plan"]
     return tl, plan
@@ -352,7 +355,10 @@ def run(ctx):
             timeline, plan = _load_timeline(tl_path)
             up_s = lab.up_s
     finally:
-        benchlib.rmtree(scratch)
+        if os.environ.get("BENCH_KEEP_SCRATCH"):
+            benchlib.log("scratch kept: %s" % scratch)
+        else:
+            benchlib.rmtree(scratch)
     not_rebooted = [n for n in nodes if boot_after.get(n) == boot_before.get(n)]
     if not_rebooted:
         raise RuntimeError("not rebooted by the rollout: %s" % ", ".join(not_rebooted))

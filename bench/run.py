@@ -31,9 +31,6 @@ import benchlib  # noqa: E402  pylint: disable=wrong-import-position
 PARTS = [
     "gpu_facts_cost",      # 2. gpu_facts cost (no lab)
     "audit_throughput",    # 1. audit vs by-hand baseline (20-node lab)
-    # PART 3 HOOK - rollout overhead: add "rollout_overhead" here once bench/rollout_overhead.py
-    # exists (same interface: TITLE, run(ctx), summary(result), render(result); boot its own
-    # 6-node lab with benchlib.Lab so it is torn down on failure).
     "rollout_overhead",    # 3. rolling_reboot against the floor from its own API history (6-node lab)
     "scale_model",         # 4. scale model from audit_throughput's measurements
 ]

@@ -24,8 +24,8 @@ def _wrap(func):
     return run
 
 
-def rollout_plan(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=rollout.DEFAULT_SKIP_LABEL):
-    return rollout.plan_rollout(nodes, targets, max_unavailable, max_parallel, skip_label)
+def rollout_plan(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=rollout.DEFAULT_SKIP_LABEL, needs=None):
+    return rollout.plan_rollout(nodes, targets, max_unavailable, max_parallel, skip_label, needs)
 
 
 def rollout_budget(nodes, batch, max_unavailable="25%"):

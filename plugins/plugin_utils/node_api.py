@@ -22,6 +22,8 @@ import json
 import os
 import time
 
+from urllib.parse import quote, urlencode
+
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
 
 CONFLICT_RETRIES = 5
@@ -139,14 +141,21 @@ def kubeconfig_from(kubeconfig=None, context=None, environ=None):
 
 
 class NodeApi(object):
-    """The few calls node maintenance needs, returning the API's JSON as plain dicts."""
+    """The few calls node maintenance needs, returning the API's JSON as plain dicts.
+
+    Requests go through the official client's configuration (kubeconfig, TLS, token or exec
+    credentials, refreshed by its hooks) and REST layer, without the generated typed API
+    classes: importing CoreV1Api alone costs about 0.5 s, paid by every task's forked worker.
+    """
+
+    TIMEOUT = (10, 60)   # connect, read seconds
 
     def __init__(self, api_client):
-        from kubernetes import client  # pylint: disable=import-outside-toplevel
+        from kubernetes.client import exceptions  # pylint: disable=import-outside-toplevel
 
-        self._exc = client.exceptions.ApiException
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        self._exc = exceptions.ApiException
+        self._client = api_client
+        self._config = api_client.configuration
 
     @classmethod
     def connect(cls, kubeconfig=None, context=None):
@@ -158,49 +167,67 @@ class NodeApi(object):
         path, ctx = kubeconfig_from(kubeconfig, context)
         try:
             if path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-                config.load_incluster_config()
                 from kubernetes import client  # pylint: disable=import-outside-toplevel
+                config.load_incluster_config()
                 return cls(client.ApiClient())
             return cls(config.new_client_from_config(config_file=path, context=ctx))
         except Exception as exc:  # pylint: disable=broad-except  # kubeconfig loading raises many types
             raise NodeApiError("cannot load the kubeconfig %s%s: %s"
                                % (path or "(default)", " context %s" % ctx if ctx else "", exc))
 
-    def _call(self, what, func, *args, **kwargs):
+    def _headers(self, content_type=None):
+        headers = dict(getattr(self._client, "default_headers", None) or {})
+        headers.setdefault("User-Agent", self._client.user_agent)
+        headers["Accept"] = "application/json"
+        for auth in (self._config.auth_settings() or {}).values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def request(self, what, method, path, query=None, body=None, content_type=None):
+        """One HTTP request; the decoded JSON body, or NodeApiError with the API's message."""
+        url = self._config.host.rstrip("/") + path + ("?" + urlencode(query) if query else "")
         try:
-            resp = func(*args, _preload_content=False, **kwargs)
-            return json.loads(resp.data)
-        except self._exc as exc:
-            body = getattr(exc, "body", None) or ""
-            try:
-                body = json.loads(body).get("message") or body
-            except (TypeError, ValueError, AttributeError):
-                pass
-            raise NodeApiError("%s: HTTP %s %s" % (what, exc.status, body or exc.reason), status=exc.status)
+            resp = self._client.rest_client.request(method, url, headers=self._headers(content_type), body=body,
+                                                    _request_timeout=self.TIMEOUT)
+            status = resp.status
+            data = resp.data if getattr(resp, "data", None) is not None else resp.read()
+        except self._exc as exc:   # clients before v31 raise on any status other than 2xx
+            status, data = exc.status, exc.body
         except Exception as exc:  # pylint: disable=broad-except  # urllib3/ssl/socket errors
             raise NodeApiError("%s: %s" % (what, exc))
+        try:
+            doc = json.loads(data or b"{}")
+        except (TypeError, ValueError):
+            doc = {"message": (data or b"").decode("utf-8", "replace")[:300] if isinstance(data, bytes) else str(data)}
+        if not 200 <= int(status or 0) < 300:
+            raise NodeApiError("%s: HTTP %s %s" % (what, status, (doc or {}).get("message") or ""), status=status)
+        return doc
 
     def node(self, name):
         """The Node, or None when it does not exist."""
         try:
-            return self._call("read Node %s" % name, self.core.read_node, name)
+            return self.request("read Node %s" % name, "GET", "/api/v1/nodes/%s" % quote(name, safe=""))
         except NodeApiError as exc:
             if exc.status == 404:
                 return None
             raise
 
     def nodes(self):
-        return self._call("list Nodes", self.core.list_node).get("items") or []
+        return self.request("list Nodes", "GET", "/api/v1/nodes").get("items") or []
 
     def pods_on(self, name):
-        return self._call("list Pods on %s" % name, self.core.list_pod_for_all_namespaces,
-                          field_selector="spec.nodeName=%s" % name).get("items") or []
+        return self.request("list Pods on %s" % name, "GET", "/api/v1/pods",
+                            query={"fieldSelector": "spec.nodeName=%s" % name}).get("items") or []
 
     def daemonsets(self):
-        return self._call("list DaemonSets", self.apps.list_daemon_set_for_all_namespaces).get("items") or []
+        return self.request("list DaemonSets", "GET", "/apis/apps/v1/daemonsets").get("items") or []
 
     def patch_node(self, name, ops):
-        return self._call("patch Node %s" % name, self.core.patch_node, name, ops)
+        return self.request("patch Node %s" % name, "PATCH", "/api/v1/nodes/%s" % quote(name, safe=""), body=ops,
+                            content_type="application/json-patch+json")
 
 
 def patch_node(api, name, unschedulable=None, annotations=None, check_mode=False, retries=CONFLICT_RETRIES):

@@ -177,11 +177,27 @@ def budget_check(nodes, batch, max_unavailable):
             "batch": batch, "would_be": would_be, "msg": msg}
 
 
-def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL):
+def nothing_to_do(need):
+    """Why a node whose need was checked before the plan needs no maintenance, else None.
+
+    ``need`` is the host fact need.yml sets (``reboot``, ``resume``, ``pending_reasons``, ``mode``);
+    only a record made for this plan (``planned`` true) counts.
+    """
+    if not isinstance(need, dict) or not need.get("planned") or need.get("reboot") or need.get("resume"):
+        return None
+    pending = need.get("pending_reasons") or []
+    if pending:
+        return "nothing to do: kubegpu_reboot=%s holds back a reboot (%s)" % (need.get("mode"), "; ".join(pending))
+    return "nothing to do: no reboot pending, no maintenance left open"
+
+
+def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL, needs=None):
     """Order the targets and size the batches.
 
     ``targets``: list of ``{"host": inventory name, "node": Kubernetes node name}``, of
-    ``[host, node]`` pairs (node None = the host name) or of plain names. Returns the plan; raises RolloutError when no budget is left.
+    ``[host, node]`` pairs (node None = the host name) or of plain names. ``needs``: host ->
+    need.yml's record when it ran before the plan; hosts that need nothing are left out (they
+    take no batch). Returns the plan; raises RolloutError when no budget is left.
     """
     by_name = dict((node_name(n), n) for n in nodes or [])
     gpu_total = sum(1 for n in nodes or [] if is_gpu_node(n))
@@ -206,8 +222,11 @@ def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_lab
         seen.add(host)
         node = by_name.get(name)
         entry = {"host": host, "node": name, "index": index}
+        idle = nothing_to_do((needs or {}).get(host))
         if node is None:
             skipped.append(dict(entry, reason="no Node %s in the cluster" % name))
+        elif idle:
+            skipped.append(dict(entry, reason=idle))
         elif has_label(node, skip_label):
             skipped.append(dict(entry, reason="labelled %s" % skip_label))
         elif not is_gpu_node(node):

@@ -123,6 +123,23 @@ def test_plan_maps_hosts_to_node_names_and_skips():
     assert ro.plan_rollout(nodes, ["n0", "n2"], 1, 1, skip_label="frozen")["hosts"] == ["n2"]
 
 
+def test_plan_leaves_out_nodes_whose_need_check_found_nothing_to_do():
+    nodes = fleet(5, n4={"cordoned": True})
+    needs = {"n0": {"planned": True, "reboot": True, "resume": False, "mode": "needed"},
+             "n1": {"planned": True, "reboot": False, "resume": False, "mode": "needed", "pending_reasons": []},
+             "n2": {"planned": True, "reboot": False, "resume": True, "mode": "needed"},        # unfinished: resumed
+             "n3": {"planned": True, "reboot": False, "resume": False, "mode": "never",
+                    "pending_reasons": ["sentinel /run/reboot-required"]},
+             "n4": {"planned": False, "reboot": False, "resume": False}}                        # not for this plan
+    plan = ro.plan_rollout(nodes, ["n0", "n1", "n2", "n3", "n4"], 2, 0, needs=needs)
+    assert plan["hosts"] == ["n4", "n0", "n2"] and plan["serial"] == [2, 1]
+    reasons = dict((s["host"], s["reason"]) for s in plan["skipped"])
+    assert reasons == {"n1": "nothing to do: no reboot pending, no maintenance left open",
+                       "n3": "nothing to do: kubegpu_reboot=never holds back a reboot (sentinel /run/reboot-required)"}
+    assert ro.plan_rollout(nodes, ["n1"], 2, 0, needs=needs)["hosts"] == []
+    assert ro.nothing_to_do(None) is None and ro.nothing_to_do({"reboot": False}) is None
+
+
 def test_plan_fails_naming_the_unavailable_nodes_when_no_budget_is_left():
     nodes = fleet(6, n0={"cordoned": True}, n1={"ready": "False"})
     with pytest.raises(ro.RolloutError) as err:
