@@ -389,10 +389,13 @@ def _sources(r):
         uncordon += slow["validated_to_uncordon_s"] or 0.0
         gaps += b["gap_to_next_s"] or 0.0
         spread += b["span_s"] - (slow["cordon_to_uncordon_s"])
-    return [("Ready -> the role sees it (kubegpu_node_ready_poll)", after_ready),
-            ("validation (kubegpu_validate_poll, gpu_facts/driver_guard/checkpoint/plugin/allocatable)", validate),
-            ("validated -> uncordon (uncordon.yml: read, patch, annotations)", uncordon),
-            ("between batches (last uncordon -> next batch's cordon: budget check, state, annotation)", gaps),
+    return [("Ready -> the role sees it (ansible.builtin.reboot reconnecting with its back-off, then the Ready wait)",
+             after_ready),
+            ("validation (gpu_facts, driver_guard, checkpoint_sync over ssh; plugin pod and allocatable in one "
+             "in-process wait)", validate),
+            ("validated -> uncordon (one resourceVersion-guarded patch: uncordon + annotations)", uncordon),
+            ("between batches (last uncordon -> next batch's cordon: role start, Node read, budget check, cordon + "
+             "annotation in one patch)", gaps),
             ("cordon spread inside a batch", spread)]
 
 
@@ -473,10 +476,12 @@ def render(r):
                                   "reboot -> Ready (API)", "Ready -> role sees it", "-> validated",
                                   "validated -> uncordon", "cordon -> Ready", "cordon -> uncordon", "tasks"], rows))
     polls = sum(x["ready_polls"] - 1 + x["validate_retries"] for b in r["batches"] for x in b["rows"])
-    out += ["", "Seconds; `tasks`: task executions the node went through. The role's waits (Ready, NVML, module, "
-            "checkpoint, plugin, allocatable) retried %d times in all, so their poll intervals cost %s here; the "
-            "time goes to the task executions themselves (each Kubernetes task on the controller starts the "
-            "kubernetes client afresh)." % (polls, "nothing" if polls == 0 else "at most %d poll delays" % polls)]
+    out += ["", "Seconds; `tasks`: task executions the node went through (its `need` check before the plan "
+            "included). The role's waits (Ready, NVML, module, checkpoint, plugin, allocatable) checked again %d "
+            "times in all, so their poll intervals cost %s here; the rest is task executions: the node probes over "
+            "ssh (a module run each), the in-process API calls of `kubegpu.fleet.node_maintenance` (the kubernetes "
+            "client's configuration and REST layer loaded in each task's worker) and Ansible's own cost per task."
+            % (polls, "nothing" if polls == 0 else "at most %d poll delays" % polls)]
     out += ["", "Time above the floor, slowest node of each batch, summed: "
             + "; ".join("%s %.1f s" % (k, v) for k, v in sorted(_sources(r), key=lambda x: -x[1])) + "."]
     return "\n".join(out)
