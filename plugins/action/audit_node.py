@@ -16,7 +16,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import catalog_with_extra, redact_catalog
+from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import args_with_catalog, redact_catalog
 
 MODULE = "kubegpu.fleet.audit_node"
 PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
@@ -33,15 +33,11 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
 
-        args = dict(self._task.args)
-        if "_catalog" in args:
-            result.update(failed=True,
-                          msg="_catalog is internal to audit_node: the bundled catalog is loaded "
-                              "by the action plugin; use catalog_extra to add entries")
+        try:
+            args, catalog, catalog_error = args_with_catalog(self._task.args, "audit_node")
+        except ValueError as e:
+            result.update(failed=True, msg=str(e))
             return result
-        catalog, catalog_error = catalog_with_extra(args.get("catalog_extra"))
-        if catalog is not None:
-            args["_catalog"] = catalog
 
         module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         if catalog is not None:

@@ -56,6 +56,21 @@ def catalog_with_extra(extra):
     return catalog, None
 
 
+def args_with_catalog(task_args, owner):
+    """``(args, catalog, error)`` for a module that takes the catalog in ``_catalog``: a copy of
+    the task's arguments with the bundled catalog (plus ``catalog_extra``) added, or without it
+    and ``error`` set when the catalog is invalid. Raises ValueError when the task passed the
+    internal ``_catalog`` itself."""
+    args = dict(task_args)
+    if "_catalog" in args:
+        raise ValueError("_catalog is internal to %s: the bundled catalog is loaded by the action plugin; "
+                         "use catalog_extra to add entries" % owner)
+    catalog, error = catalog_with_extra(args.get("catalog_extra"))
+    if catalog is not None:
+        args["_catalog"] = catalog
+    return args, catalog, error
+
+
 def redact_catalog(module_result, catalog):
     """Replace the injected catalog in the echoed invocation by a one-line summary."""
     invocation = module_result.get("invocation")
@@ -76,18 +91,14 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
 
-        args = dict(self._task.args)
-        if "_catalog" in args:
-            result.update(failed=True,
-                          msg="_catalog is internal to driver_guard: the bundled catalog is loaded "
-                              "by the action plugin; use catalog_extra to add entries")
-            return result
-        catalog, error = catalog_with_extra(args.get("catalog_extra"))
+        try:
+            args, catalog, error = args_with_catalog(self._task.args, "driver_guard")
+        except ValueError as e:
+            args, catalog, error = None, None, str(e)
         if error is not None:
             result.update(failed=True, msg=error)
             return result
 
-        args["_catalog"] = catalog
         module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         redact_catalog(module_result, catalog)
         result.update(module_result)

@@ -52,16 +52,10 @@ class Node(object):
         self.vars = {}
 
     def setup(self, gpus, kernel=V, checkpoint_ids=None, **scenario):
-        fakenvml.write_procfs(self.nproc, version=kernel, gpus=gpus)
-        scenario.setdefault("kernel_module_version_file",
-                            os.path.join(self.nproc, "driver", "nvidia", "version"))
-        fakenvml.write_scenario(self.scenario, gpus, **scenario)
+        fakenvml.write_driver_files(self.nproc, self.scenario, gpus, kernel, **scenario)
         os.makedirs(self.dev)
         if kernel:
-            mig = [(g["minor_number"], m["gpu_instance_id"], m["compute_instance_id"])
-                   for g in gpus for m in g.get("mig_devices", [])]
-            fakenvml.make_dev_nodes(self.dev, fakenvml.standard_dev_nodes(
-                [g["minor_number"] for g in gpus], mig))
+            fakenvml.make_dev_nodes(self.dev, fakenvml.dev_nodes_for(gpus))
         # A kubelet with its own root dir and a static-CPU-manager config.
         fp = FakeProc(os.path.join(self.base, "k"))
         fp.set_meminfo(64 << 30)

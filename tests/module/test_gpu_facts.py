@@ -36,16 +36,10 @@ def node(tmp_path, driver):
         root = driver.root
 
         def setup(self, gpus, kernel=V, **scenario):
-            fakenvml.write_procfs(self.proc, version=kernel, gpus=gpus)
-            scenario.setdefault("kernel_module_version_file",
-                                os.path.join(self.proc, "driver", "nvidia", "version"))
-            fakenvml.write_scenario(self.scenario, gpus, **scenario)
+            fakenvml.write_driver_files(self.proc, self.scenario, gpus, kernel, **scenario)
             os.makedirs(self.dev)
             if kernel:
-                mig = [(g["minor_number"], m["gpu_instance_id"], m["compute_instance_id"])
-                       for g in gpus for m in g.get("mig_devices", [])]
-                fakenvml.make_dev_nodes(self.dev, fakenvml.standard_dev_nodes(
-                    [g["minor_number"] for g in gpus], mig))
+                fakenvml.make_dev_nodes(self.dev, fakenvml.dev_nodes_for(gpus))
             return self
 
         def args(self, **extra):

@@ -226,6 +226,21 @@ def standard_dev_nodes(gpus, mig=()):
     return nodes
 
 
+def dev_nodes_for(gpus):
+    """standard_dev_nodes for scenario GPUs (gpu() dicts): their minors and MIG devices."""
+    mig = [(g["minor_number"], m["gpu_instance_id"], m["compute_instance_id"])
+           for g in gpus for m in g.get("mig_devices", [])]
+    return standard_dev_nodes([g["minor_number"] for g in gpus], mig)
+
+
+def write_driver_files(proc, scenario_path, gpus, version=DEFAULT_VERSION, procfs_args=None, **scenario):
+    """A node's NVIDIA procfs (kernel module ``version``, None = not loaded) and the fake NVML's
+    scenario, whose kernel module version is read from that procfs unless the scenario says."""
+    write_procfs(proc, version=version, gpus=gpus, **(procfs_args or {}))
+    scenario.setdefault("kernel_module_version_file", os.path.join(proc, "driver", "nvidia", "version"))
+    write_scenario(scenario_path, gpus, **scenario)
+
+
 # ------------------------------------------------------------------------- freezer cgroup
 
 PR_SET_CHILD_SUBREAPER = 36

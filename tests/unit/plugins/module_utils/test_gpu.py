@@ -48,15 +48,11 @@ class Node(object):
 
     def setup(self, gpus, kernel=V, dev_nodes=True, mig_instances=None, gpu_major_name="nvidia",
               **scenario):
-        fakenvml.write_procfs(self.proc, version=kernel, gpus=gpus, mig_instances=mig_instances,
-                              gpu_major_name=gpu_major_name)
-        scenario.setdefault("kernel_module_version_file", os.path.join(self.proc, "driver", "nvidia", "version"))
-        fakenvml.write_scenario(self.scenario, gpus, **scenario)
+        fakenvml.write_driver_files(self.proc, self.scenario, gpus, kernel,
+                                    procfs_args={"mig_instances": mig_instances, "gpu_major_name": gpu_major_name},
+                                    **scenario)
         if dev_nodes is True:
-            mig = [(g["minor_number"], m["gpu_instance_id"], m["compute_instance_id"])
-                   for g in gpus for m in g.get("mig_devices", [])]
-            fakenvml.make_dev_nodes(self.dev, fakenvml.standard_dev_nodes(
-                [g["minor_number"] for g in gpus], mig))
+            fakenvml.make_dev_nodes(self.dev, fakenvml.dev_nodes_for(gpus))
         elif dev_nodes:
             fakenvml.make_dev_nodes(self.dev, dev_nodes)
         return self
