@@ -1,0 +1,341 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Bounded, non-blocking reads and deadline-bound commands for hostile nodes (node side, 3.8+).
+
+The audit runs as root beside other users' processes, so nothing a module reads or runs on the
+node may make it hang, exhaust memory or act on something it did not mean to:
+
+* :func:`read_bytes` / :func:`read_text` open with ``O_NONBLOCK`` (a FIFO never blocks the open),
+  refuse anything but a regular file (procfs/sysfs files are regular; character devices only
+  where the caller says so), and never read more than ``limit`` bytes: a larger file is an
+  error that says so, never a silent cut.
+* :func:`run_command` runs an argv list (never a shell) in its own session with a hard deadline
+  and an output bound; on time-out or overflow the whole process group is killed, and
+  descendants that daemonised out of it (double fork + ``setsid``) are found through the child
+  subreaper and killed too.
+* :func:`check_timeout`, :func:`check_unit_name`, :func:`check_package_name` and
+  :func:`check_path` validate option values before they reach a command line or a file system
+  call.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import math
+import os
+import re
+import select
+import signal
+import stat
+import subprocess
+import time
+
+DEFAULT_LIMIT = 4 << 20  # 4 MiB: far above any config/procfs file the collection reads
+MAX_TIMEOUT = 86400.0
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class UnsafeInput(ValueError):
+    """A node file or option value the collection refuses to act on. The message names it."""
+
+
+class CommandTimeout(UnsafeInput):
+    """A command did not finish within its deadline (it and its descendants were killed)."""
+
+
+# --------------------------------------------------------------------------- files
+
+def _kind(mode):
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=False):
+    """Return at most ``limit`` bytes of the regular file ``path``.
+
+    Raises :class:`UnsafeInput` when ``path`` is a FIFO, socket, device (unless
+    ``allow_char_device``), directory, a symlink loop, or larger than ``limit``; ``OSError`` for
+    other read errors (permissions, I/O). Returns None for a missing file when ``missing_ok``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ENOENT and missing_ok:
+            return None
+        if e.errno == errno.ELOOP:
+            raise UnsafeInput("%s: symlink loop" % path)
+        if e.errno in (errno.ENXIO, errno.EISDIR):
+            raise UnsafeInput("%s is not a regular file (%s)" % (path, os.strerror(e.errno)))
+        raise
+    try:
+        st = os.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
+        if not regular and not (allow_char_device and stat.S_ISCHR(st.st_mode)):
+            raise UnsafeInput("%s is %s; refusing to read it" % (path, _kind(st.st_mode)))
+        if regular and st.st_size > limit:
+            raise UnsafeInput("%s is %d bytes, more than the %d bytes this reads"
+                              % (path, st.st_size, limit))
+        if regular:
+            # Regular files never block; clear O_NONBLOCK so NFS and friends read normally.
+            try:
+                import fcntl
+                fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+            except (ImportError, OSError):
+                pass
+        chunks = []
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(65536, limit + 1 - total))
+            except OSError as e:
+                if e.errno == errno.EAGAIN:  # a character device with nothing (more) to read
+                    break
+                raise
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                # procfs/sysfs report size 0: the bound is enforced on what was read.
+                raise UnsafeInput("%s holds more than the %d bytes this reads" % (path, limit))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=False):
+    """:func:`read_bytes` decoded as UTF-8; undecodable bytes become U+FFFD, never an error."""
+    data = read_bytes(path, limit, missing_ok=missing_ok, allow_char_device=allow_char_device)
+    if data is None:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def try_read_text(path, limit=DEFAULT_LIMIT):
+    """(text, None) or (None, reason): for probes that record why a file could not be read.
+
+    A missing file gives (None, None)."""
+    try:
+        return read_text(path, limit, missing_ok=True), None
+    except UnsafeInput as e:
+        return None, str(e)
+    except (IOError, OSError) as e:
+        return None, "%s: %s" % (path, e.strerror or e)
+
+
+# --------------------------------------------------------------------------- options
+
+def check_timeout(value, name="timeout", minimum=0.0, maximum=MAX_TIMEOUT):
+    """A finite number of seconds in [minimum, maximum]; :class:`UnsafeInput` otherwise."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UnsafeInput("%s must be a number of seconds, got %r" % (name, value))
+    if math.isnan(t) or math.isinf(t) or t < minimum or t > maximum:
+        raise UnsafeInput("%s must be between %g and %g seconds, got %r"
+                          % (name, minimum, maximum, value))
+    return t
+
+
+# systemd.unit(5): "[a-zA-Z0-9:_.\-]" plus "@" for templates and "\" for escapes; at most 255
+# characters; a type suffix. No glob characters, so systemctl never expands a pattern.
+_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?"
+                      r"\.(service|socket|device|mount|automount|swap|target|path|timer|slice|scope)$")
+_UNIT_BARE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?$")
+
+
+def check_unit_name(value, name="unit"):
+    """A systemd unit name (``kubelet`` or ``kubelet.service``), never a glob or an option."""
+    if not isinstance(value, str) or not value or len(value) > 255 or value.startswith("-") \
+            or not (_UNIT_RE.match(value) or _UNIT_BARE_RE.match(value)) or value in (".", ".."):
+        raise UnsafeInput("%s must be a systemd unit name such as kubelet.service "
+                          "(letters, digits, ':_.-\\@', no glob or option), got %r" % (name, value))
+    return value
+
+
+# Debian policy 5.6.1 (lower case, digits, + - . ; two characters at least, alphanumeric first);
+# RPM names also allow upper case and '_'. Never an option ("-...") or a glob.
+_PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._-]{0,254}$")
+
+
+def check_package_name(value, name="package"):
+    if not isinstance(value, str) or not _PACKAGE_RE.match(value):
+        raise UnsafeInput("%s must be a package name (letters, digits, '+._-', not starting with "
+                          "'-'), got %r" % (name, value))
+    return value
+
+
+def check_path(value, name="path", absolute=True):
+    """An absolute path without NUL or newline and no '..' component."""
+    if not isinstance(value, str) or not value or "\0" in value or "\n" in value:
+        raise UnsafeInput("%s must be a path, got %r" % (name, value))
+    if absolute and not value.startswith("/"):
+        raise UnsafeInput("%s must be an absolute path, got %r" % (name, value))
+    if ".." in value.split("/"):
+        raise UnsafeInput("%s must not contain '..', got %r" % (name, value))
+    return value
+
+
+# --------------------------------------------------------------------------- commands
+
+def _become_subreaper():
+    """Make this process the child subreaper (Linux 3.4+): orphaned descendants of the commands
+    it runs are reparented here instead of to init, so a daemonised grandchild can be found."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+def _children_of(ppid, proc="/proc"):
+    out = []
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat"), "rb") as f:
+                data = f.read(4096)
+        except (IOError, OSError):
+            continue
+        fields = data[data.rfind(b")") + 2:].split()
+        try:
+            if int(fields[1]) == ppid and fields[0] not in (b"Z", b"X"):
+                out.append(int(name))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def _reap_orphans(known):
+    """Kill and reap processes reparented to us (daemonised descendants) other than ``known``."""
+    me = os.getpid()
+    for _ in range(50):
+        strays = [p for p in _children_of(me) if p not in known]
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+    # Zombies of strays that exited on their own.
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except OSError:
+            break
+        if pid == 0:
+            break
+
+
+class CommandResult(object):
+    __slots__ = ("argv", "rc", "stdout", "stderr", "elapsed")
+
+    def __init__(self, argv, rc, stdout, stderr, elapsed):
+        self.argv = argv
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.elapsed = elapsed
+
+    def text(self, which="stdout"):
+        return getattr(self, which).decode("utf-8", "replace")
+
+
+def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
+    """Run ``argv`` (a list; no shell) with stdin from /dev/null, at most ``timeout`` seconds and
+    ``limit`` bytes of stdout and of stderr each.
+
+    Returns a :class:`CommandResult`. Raises :class:`CommandTimeout` when the deadline passes
+    (the process group and daemonised descendants are killed first), :class:`UnsafeInput` when
+    the output exceeds ``limit``, and ``OSError`` when the command cannot be started. A process
+    in uninterruptible sleep that ignores SIGKILL is waited for at most ``grace`` seconds more,
+    then abandoned: the caller never blocks past ``timeout + grace``.
+    """
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise UnsafeInput("command must be a non-empty list, got %r" % (argv,))
+    timeout = check_timeout(timeout)
+    subreaper = _become_subreaper()
+    known = set(_children_of(os.getpid())) if subreaper else set()
+    start = time.monotonic()
+    proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            close_fds=True, start_new_session=True)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: [], err_fd: []}
+    sizes = dict((fd, 0) for fd in bufs)
+    open_fds = list(bufs)
+    problem = None
+    deadline = start + timeout
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                problem = "timeout"
+                break
+            ready = select.select(open_fds, [], [], left)[0]
+            for fd in ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    open_fds.remove(fd)
+                    continue
+                bufs[fd].append(chunk)
+                sizes[fd] += len(chunk)
+                if sizes[fd] > limit:
+                    problem = "overflow"
+            if problem:
+                break
+        if not problem:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                problem = "timeout"
+    finally:
+        if problem or proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        proc.stdout.close()
+        proc.stderr.close()
+        if subreaper:
+            # Whatever the command left behind (a daemon it forked off) does not outlive it.
+            known.add(proc.pid)
+            _reap_orphans(known)
+    elapsed = time.monotonic() - start
+    if problem == "timeout":
+        raise CommandTimeout("%s did not finish within %gs; it was killed" % (argv[0], timeout))
+    if problem == "overflow":
+        raise UnsafeInput("%s printed more than %d bytes; it was killed" % (argv[0], limit))
+    return CommandResult(list(argv), proc.returncode, b"".join(bufs[out_fd]),
+                         b"".join(bufs[err_fd]), elapsed)
+
+
+__all__ = ["UnsafeInput", "CommandTimeout", "CommandResult", "read_bytes", "read_text",
+           "try_read_text", "check_timeout", "check_unit_name", "check_package_name",
+           "check_path", "run_command", "DEFAULT_LIMIT"]
