@@ -156,7 +156,7 @@ _UNIT_BARE_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?$")
 def check_unit_name(value, name="unit"):
     """A systemd unit name (``kubelet`` or ``kubelet.service``), never a glob or an option."""
     if not isinstance(value, str) or not value or len(value) > 255 or value.startswith("-") \
-            or not (_UNIT_RE.match(value) or _UNIT_BARE_RE.match(value)) or value in (".", ".."):
+            or not (_UNIT_RE.fullmatch(value) or _UNIT_BARE_RE.fullmatch(value)) or value in (".", ".."):
         raise UnsafeInput("%s must be a systemd unit name such as kubelet.service "
                           "(letters, digits, ':_.-\\@', no glob or option), got %r" % (name, value))
     return value
@@ -168,7 +168,7 @@ _PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+._-]{0,254}$")
 
 
 def check_package_name(value, name="package"):
-    if not isinstance(value, str) or not _PACKAGE_RE.match(value):
+    if not isinstance(value, str) or not _PACKAGE_RE.fullmatch(value):
         raise UnsafeInput("%s must be a package name (letters, digits, '+._-', not starting with "
                           "'-'), got %r" % (name, value))
     return value
