@@ -32,8 +32,10 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
     parse_proc_devices,
     proc_file,
     read_text,
+    read_text_reason,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_probe
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 
 MAX_U32 = 0xFFFFFFFF
 # Highest GPU minor: 254 is /dev/nvidia-modeset, 255 is /dev/nvidiactl.
@@ -46,6 +48,10 @@ NEEDED_ACCESS = "rw"
 # the nvidia/cuda images, "void"/"none"/"" mean no GPU.
 _NON_EVIDENCE_VISIBLE = ("", "void", "none", "all")
 _PROCESS_SAMPLE = 16
+# devices.list: the kernel lists "a *:* rwm" for a default-allow cgroup and one short line per
+# allowed device otherwise (a GPU container: about 20 lines). 4 MiB is some 200,000 rules:
+# anything larger is hostile and reported as too large, never cut and misparsed.
+DEVICES_LIST_LIMIT = 4 << 20
 
 _NUM_RE = re.compile(r"^(?:\*|[0-9]{1,10})$")
 _ACCESS_RE = re.compile(r"^[rwm]+$")
@@ -385,10 +391,10 @@ def build_device_table(proc_path, dev_path):
     ``dev_path/nvidia-caps``. Majors come from ``<proc>/devices`` only.
     """
     devices_file = proc_file(proc_path, "devices")
-    text = read_text(devices_file)
+    text, reason = read_text_reason(devices_file)
     if text is None:
-        raise CgroupDevicesError("cannot read %s (is proc_path %s right?)"
-                                 % (devices_file, proc_path))
+        raise CgroupDevicesError("cannot read %s (is proc_path %s right?)%s"
+                                 % (devices_file, proc_path, (": %s" % reason) if reason else ""))
     majors = parse_proc_devices(text)
     warnings = []
     table = []
@@ -626,9 +632,16 @@ def list_verdicts(cgroup_dir, table):
     Raises CgroupDevicesError when the file cannot be read or parsed.
     """
     path = os.path.join(cgroup_dir, "devices.list")
-    text = read_text(path)
-    if text is None:
-        raise CgroupDevicesError("cannot read %s" % path)
+    try:
+        text = safe_io.read_text(path, limit=DEVICES_LIST_LIMIT)
+    except safe_io.TooLarge:
+        raise CgroupDevicesError(
+            "%s is too large to be a devices.list (more than %d bytes; a real one is a few "
+            "lines): not audited" % (path, DEVICES_LIST_LIMIT))
+    except safe_io.UnsafeInput as e:
+        raise CgroupDevicesError("cannot read %s: %s" % (path, e))
+    except (IOError, OSError) as e:
+        raise CgroupDevicesError("cannot read %s: %s" % (path, e.strerror or e))
     try:
         dl = DevicesList.from_text(text)
     except DevicesListError as e:
@@ -694,11 +707,9 @@ def audit(cgroup_root="/sys/fs/cgroup", proc_path="/proc", dev_path="/dev", mode
         raise CgroupDevicesError("proc_path %s does not exist or is not a directory"
                                  % proc_path)
     try:
-        probe_timeout = float(probe_timeout)
-    except (TypeError, ValueError):
-        raise CgroupDevicesError("probe_timeout %r is not a number" % (probe_timeout,))
-    if not probe_timeout > 0:
-        raise CgroupDevicesError("probe_timeout %r must be greater than 0" % (probe_timeout,))
+        probe_timeout = safe_io.check_timeout(probe_timeout, "probe_timeout", minimum=0.001)
+    except safe_io.UnsafeInput as e:
+        raise CgroupDevicesError(str(e))
     version, hierarchy = detect_layout(cgroup_root)
     effective = mode
     if mode == "auto":

@@ -29,6 +29,8 @@ import select
 import signal
 import time
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+
 try:
     import ctypes
     _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +43,7 @@ except Exception:  # pylint: disable=broad-except  # no ctypes/libc: open method
 
 METHODS = ("access", "open")
 KILL_GRACE = 5.0
+MOUNTINFO_LIMIT = 16 << 20
 # open() failures that happen before (or instead of) the device-cgroup check.
 _OPEN_UNKNOWN = frozenset([errno.EACCES, errno.ENOENT, errno.ENOTDIR, errno.ELOOP,
                            errno.ENAMETOOLONG, errno.EISDIR, errno.EMFILE, errno.ENFILE,
@@ -186,10 +189,10 @@ def _reap(pid, kill):
 
 
 def _read_small(path):
+    """A small cgroup file (cgroup.freeze, cgroup.events), never blocking; None if unreadable."""
     try:
-        with open(path, "r") as f:
-            return f.read(4096)
-    except (IOError, OSError):
+        return safe_io.read_text(path, limit=4096)
+    except (safe_io.UnsafeInput, IOError, OSError):
         return None
 
 
@@ -226,10 +229,10 @@ def filesystem_type(path, mountinfo="/proc/self/mountinfo"):
 
 
 def _read_small_all(path):
+    """mountinfo: a node with thousands of pod mounts has a few MiB of it."""
     try:
-        with open(path, "r") as f:
-            return f.read(1 << 20)
-    except (IOError, OSError):
+        return safe_io.read_text(path, limit=MOUNTINFO_LIMIT)
+    except (safe_io.UnsafeInput, IOError, OSError):
         return None
 
 

@@ -11,17 +11,18 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import math
+import errno
 import os
 import re
 import stat
 import sys
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import (
     nvml_probe, run_in_child, smi_probe)
 from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
     char_major, nvidia_gpu_major, parse_mig_minors, parse_nvidia_version, parse_proc_devices,
-    parse_proc_modules, proc_file, read_text)
+    parse_proc_modules, proc_file, read_text_reason)
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import driver_branch
 
 BACKENDS = ("auto", "nvml", "nvidia_smi")
@@ -40,6 +41,10 @@ ABSENT_CODES = ("NVML_ERROR_DRIVER_NOT_LOADED", "NVML_ERROR_LIBRARY_NOT_FOUND")
 _LIB_VERSION_RE = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _INFO_RE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 _GPU_NODE_RE = re.compile(r"^nvidia(\d+)$")
+# BRANCH.MINOR[.PATCH] (versions.DriverVersion); anything else from a probe is not a version.
+_DRIVER_VERSION_RE = re.compile(r"^\d{1,4}\.\d{1,4}(?:\.\d{1,4})?$")
+# procfs text files the facts read: a few kB on real nodes.
+PROC_READ_LIMIT = 1 << 20
 
 
 class GpuFactsError(ValueError):
@@ -157,21 +162,36 @@ def procfs_mig_instances(proc_path, minor):
     return sorted(out)
 
 
-def procfs_gpus(proc_path):
+def procfs_gpus(proc_path, warnings=None):
     """GPUs the loaded kernel module lists in ``<proc>/driver/nvidia/gpus``, sorted by minor.
 
     Used when the probe could not answer (hung, mismatch): procfs is served by the kernel
     module, not by NVML, so it still reads. MIG mode is inferred from the MIG capability
     directories: ``enabled`` where GPU instances exist, else ``unknown``.
+
+    Only entries with a readable ``information`` file count as GPUs (the kernel module creates
+    one per GPU); anything else there (a dangling symlink, a FIFO, an empty directory) is left
+    out and, when ``warnings`` is a list, reported there.
     """
+    warnings = [] if warnings is None else warnings
     base = proc_file(proc_path, "driver", "nvidia", "gpus")
     try:
         entries = sorted(os.listdir(base))
-    except OSError:
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            warnings.append("cannot list %s: %s; GPUs not counted from procfs"
+                            % (base, e.strerror or e))
         return []
     gpus = []
     for entry in entries:
-        info = parse_gpu_information(read_text(os.path.join(base, entry, "information")))
+        info_path = os.path.join(base, entry, "information")
+        text, reason = read_text_reason(info_path, PROC_READ_LIMIT)
+        if text is None:
+            warnings.append("%s/%s is not counted as a GPU: %s" % (
+                base, entry, reason or "%s does not exist (dangling link or not a GPU entry)"
+                % info_path))
+            continue
+        info = parse_gpu_information(text)
         if not info["pci_bus_id"]:
             info["pci_bus_id"] = entry
         instances = procfs_mig_instances(proc_path, info["minor_number"]) \
@@ -346,7 +366,7 @@ def _probe(backend, timeout, library_path, smi_path, driver_root, on_host_root):
         if library_path:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(
                 [os.path.dirname(library_path)] + [d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d])
-        outcome = run_in_child(lambda emit: smi_probe(emit, smi_path, env), timeout)
+        outcome = run_in_child(lambda emit: smi_probe(emit, smi_path, env, timeout), timeout)
     probe["elapsed"] = round(outcome.elapsed, 3)
 
     if outcome.status == "hung":
@@ -393,6 +413,24 @@ def _probe(backend, timeout, library_path, smi_path, driver_root, on_host_root):
     return probe, data
 
 
+def check_driver_version(probe, data, warnings):
+    """Drop a driver version the probe reported that is not BRANCH.MINOR[.PATCH] ("abc"):
+    the probe is then not ok, and the error says what it reported."""
+    version = data.get("driver_version")
+    if version is None or (isinstance(version, str) and _DRIVER_VERSION_RE.match(version.strip())):
+        if isinstance(version, str):
+            data["driver_version"] = version.strip()
+        return
+    data["driver_version"] = None
+    msg = ("the %s probe reported driver version %r, which is not an NVIDIA driver version "
+           "(BRANCH.MINOR[.PATCH], e.g. 570.172.08); ignored" % (probe["backend"], version))
+    warnings.append(msg)
+    if probe["status"] == "ok":
+        probe.update(status="error", error=msg, error_code=None)
+    probe["errors"] = list(probe.get("errors") or []) + [
+        {"function": "driver version", "code": None, "message": msg}]
+
+
 def _check_dir(option, path):
     if not isinstance(path, str) or not path:
         raise GpuFactsError("%s must be a non-empty path, got %r" % (option, path))
@@ -409,11 +447,9 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
     if backend not in BACKENDS:
         raise GpuFactsError("backend must be one of %s, got %r" % (", ".join(BACKENDS), backend))
     try:
-        timeout = float(timeout)
-    except (TypeError, ValueError):
-        raise GpuFactsError("timeout must be a number of seconds, got %r" % (timeout,))
-    if not timeout > 0 or math.isinf(timeout):
-        raise GpuFactsError("timeout must be a positive number of seconds, got %r" % (timeout,))
+        timeout = safe_io.check_timeout(timeout, "timeout", minimum=0.001)
+    except safe_io.UnsafeInput as e:
+        raise GpuFactsError(str(e))
     _check_dir("proc_path", proc_path)
     _check_dir("dev_path", dev_path)
     if not isinstance(driver_root, str) or not driver_root:
@@ -438,18 +474,34 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
         data = None
     else:
         probe, data = _probe(backend, timeout, library_path, smi_path, driver_root, on_host_root)
+    probe["timeout"] = timeout  # the bound the probe ran under (nvml.hung evidence names it)
 
-    devices = parse_proc_devices(read_text(proc_file(proc_path, "devices")))
-    modules = kernel_modules(parse_proc_modules(read_text(proc_file(proc_path, "modules"))))
-    kmod_version = parse_nvidia_version(read_text(proc_file(proc_path, "driver", "nvidia", "version")))
-    mig_minors = parse_mig_minors(read_text(proc_file(proc_path, "driver", "nvidia-caps", "mig-minors")))
+    warnings = []
+
+    def proc_text(*parts, **kw):
+        path = proc_file(proc_path, *parts)
+        text, reason = read_text_reason(path, PROC_READ_LIMIT)
+        if text is None and (reason or kw.get("required")):
+            warnings.append("cannot read %s: %s" % (path, reason or "no such file")
+                            + (("; " + kw["means"]) if kw.get("means") else ""))
+        return text
+
+    devices = parse_proc_devices(proc_text(
+        "devices", required=True,
+        means="device majors unknown, /dev nodes cannot be checked against them"))
+    modules = kernel_modules(parse_proc_modules(proc_text(
+        "modules", required=True, means="kernel module state unknown")))
+    kmod_version = parse_nvidia_version(proc_text(
+        "driver", "nvidia", "version", means="kernel module version unknown"))
+    mig_minors = parse_mig_minors(proc_text("driver", "nvidia-caps", "mig-minors"))
 
     lib_version = library_version(library_path)
     if data is not None:
+        check_driver_version(probe, data, warnings)
         gpus = data.get("gpus") or []
         source = backend
     else:
-        gpus = procfs_gpus(proc_path)
+        gpus = procfs_gpus(proc_path, warnings)
         source = "procfs" if gpus else None
 
     driver_version, version_source = None, None
@@ -461,6 +513,9 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
     mig_enabled, mig_mixed = mig_state(gpus, inferred=source == "procfs")
     nodes, majors = device_nodes(dev_path, devices, gpus, mig_minors)
     present = probe["status"] != "absent" or kmod_version is not None or modules["nvidia"]["loaded"]
+    if not present and warnings:
+        warnings.append("present is false, but procfs could not be fully read (see the warnings "
+                        "above): a loaded driver may have been missed")
 
     return {
         "present": bool(present),
@@ -483,4 +538,5 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
         "device_majors": majors,
         "device_nodes": nodes,
         "kernel_modules": modules,
+        "warnings": warnings,
     }

@@ -33,4 +33,7 @@ def gpu_facts_run(params, warn):
     probe = facts["probe"]
     if probe["status"] in ("hung", "error"):
         warn("gpu_facts: %s probe %s: %s" % (probe["backend"], probe["status"], probe["error"]))
+    for warning in facts.get("warnings") or []:
+        if warning != probe.get("error"):
+            warn("gpu_facts: %s" % warning)
     return dict(changed=False, ansible_facts={"nvidia": facts})

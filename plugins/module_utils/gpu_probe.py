@@ -25,15 +25,17 @@ import math
 import os
 import select
 import signal
-import subprocess
 import time
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_smi import (
     NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_smi_list,
     parse_smi_xml, smi_error)
 
 REAP_GRACE = 0.5  # seconds to wait for a SIGKILLed child before leaving it behind
 _READ_CHUNK = 65536
+SMI_OUTPUT_LIMIT = 32 << 20  # nvidia-smi -q -x of 16 GPUs with MIG is well under 2 MiB
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class ChildOutcome(object):
@@ -125,8 +127,9 @@ def _try_reap(pid, grace):
         delay = min(delay * 2, 0.05)
 
 
-def session_members(sid, proc="/proc"):
-    """Live (not zombie) processes of session ``sid``, from ``<proc>/<pid>/stat``."""
+def _live_processes(field, value, proc="/proc"):
+    """Live (not zombie) processes whose stat field ``field`` (1 ppid, 3 session, counted after
+    the state) equals ``value``, from ``<proc>/<pid>/stat``."""
     out = []
     try:
         names = os.listdir(proc)
@@ -136,18 +139,57 @@ def session_members(sid, proc="/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(os.path.join(proc, name, "stat"), "rb") as f:
-                data = f.read()
-        except (IOError, OSError):
+            data = safe_io.read_bytes(os.path.join(proc, name, "stat"), limit=8192)
+        except (safe_io.UnsafeInput, IOError, OSError):
             continue
         # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
         fields = data[data.rfind(b")") + 2:].split()
         try:
-            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            if int(fields[field]) == value and fields[0] not in (b"Z", b"X"):
                 out.append(int(name))
         except (IndexError, ValueError):
             continue
     return sorted(out)
+
+
+def session_members(sid, proc="/proc"):
+    """Live (not zombie) processes of session ``sid``, from ``<proc>/<pid>/stat``."""
+    return _live_processes(3, sid, proc)
+
+
+def children_of(ppid, proc="/proc"):
+    """Live (not zombie) children of ``ppid``."""
+    return _live_processes(1, ppid, proc)
+
+
+def become_subreaper():
+    """Make this process the child subreaper (Linux 3.4+), so that what a probe daemonises
+    (double fork + setsid: out of the probe's session) is reparented here, not to init, and
+    can be killed when the probe is over. Returns whether it worked."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+def _kill_strays(known, grace):
+    """SIGKILL and reap children of this process that are not in ``known`` (descendants of the
+    probe reparented here). Returns those that did not die within ``grace`` seconds."""
+    strays = [p for p in children_of(os.getpid()) if p not in known]
+    for pid in strays:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    left = []
+    end = time.monotonic() + grace
+    for pid in strays:
+        reaped, _status = _try_reap(pid, max(0.0, end - time.monotonic()))
+        if not reaped:
+            left.append(pid)
+    return left
 
 
 def _wait_session_gone(sid, until):
@@ -172,6 +214,9 @@ def run_in_child(target, timeout, reap_grace=REAP_GRACE):
     ``timeout + reap_grace`` seconds whatever the child does."""
     start = time.monotonic()
     deadline = start + timeout
+    # Descendants that leave the probe's session (a daemonising nvidia-smi) come back to us.
+    subreaper = become_subreaper()
+    known = set(children_of(os.getpid())) if subreaper else None
     try:
         rfd, wfd = os.pipe()
     except OSError as e:
@@ -233,17 +278,20 @@ def run_in_child(target, timeout, reap_grace=REAP_GRACE):
     finally:
         os.close(rfd)
 
+    if known is not None:
+        known.add(pid)
     if result is not None or eof:
         reaped, exit_status = _try_reap(pid, reap_grace)
         if not reaped:
             _kill_group(pid)
             reaped, exit_status = _try_reap(pid, reap_grace)
+        strays = _kill_strays(known, reap_grace) if known is not None else []
         elapsed = time.monotonic() - start
         if result is None:
             return ChildOutcome("died", stage=stage, elapsed=elapsed, pid=pid, reaped=reaped,
-                                exit_status=exit_status)
+                                exit_status=exit_status, leftovers=strays)
         return ChildOutcome("ok", value=result, stage=stage, elapsed=elapsed, pid=pid,
-                            reaped=reaped, exit_status=exit_status)
+                            reaped=reaped, exit_status=exit_status, leftovers=strays)
 
     # Deadline passed: kill the child's whole session (nvidia-smi included). A process frozen
     # or in uninterruptible sleep ignores SIGKILL: it is left behind and reported, never waited on.
@@ -251,6 +299,9 @@ def run_in_child(target, timeout, reap_grace=REAP_GRACE):
     grace_end = time.monotonic() + reap_grace
     reaped, exit_status = _try_reap(pid, reap_grace)
     leftovers = _wait_session_gone(pid, grace_end)
+    if known is not None and reaped:
+        # The probe is gone: whatever it started in another session is now our child.
+        leftovers = sorted(set(leftovers) | set(_kill_strays(known, reap_grace)))
     return ChildOutcome("hung", stage=stage, elapsed=time.monotonic() - start, pid=pid,
                         reaped=reaped, exit_status=exit_status, leftovers=leftovers)
 
@@ -445,19 +496,22 @@ def _probe_migs(pynvml, call, errors, gpu, h, i, parent_mem):
 
 # ---------------------------------------------------------------------- nvidia-smi probe
 
-def _run_smi(emit, smi_path, args, env):
+def _run_smi(emit, smi_path, args, env, timeout=None):
+    """Run nvidia-smi through safe_io.run_command: bounded output, a deadline, and whatever it
+    daemonises killed when it exits. The deadline is a backstop (``timeout`` + 5 s): the
+    parent's deadline in run_in_child comes first and reports the probe as hung."""
     emit.stage("%s %s" % (smi_path, " ".join(args)))
-    proc = subprocess.Popen([smi_path] + list(args), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            close_fds=True)
-    out, err = proc.communicate()
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    res = safe_io.run_command([smi_path] + list(args), (timeout or 60.0) + 5.0,
+                              limit=SMI_OUTPUT_LIMIT, env=env)
+    return res.rc, res.text("stdout"), res.text("stderr")
 
 
-def smi_probe(emit, smi_path, env=None):
+def smi_probe(emit, smi_path, env=None, timeout=None):
     """Child-side ``nvidia-smi -q -x`` (+ ``-L`` when MIG devices exist, for their UUIDs)."""
     try:
-        rc, out, err = _run_smi(emit, smi_path, ["-q", "-x"], env)
+        rc, out, err = _run_smi(emit, smi_path, ["-q", "-x"], env, timeout)
+    except safe_io.UnsafeInput as e:
+        return {"init_error": {"function": "nvidia-smi -q -x", "code": None, "message": str(e)}}
     except OSError as e:
         return {"init_error": {"function": "exec", "code": None,
                                "message": "cannot run %s: %s" % (smi_path, e)}}
@@ -478,13 +532,13 @@ def smi_probe(emit, smi_path, env=None):
     listing = []
     if any(g["mig_devices"] for g in facts["gpus"]):
         try:
-            lrc, lout, lerr = _run_smi(emit, smi_path, ["-L"], env)
+            lrc, lout, lerr = _run_smi(emit, smi_path, ["-L"], env, timeout)
             listing = parse_smi_list(lout)
             if lrc != 0 and rc == 0:
                 fail = smi_error(lrc, lerr or lout)
                 fail["function"] = "nvidia-smi -L"
                 errors.append(fail)
-        except OSError as e:
+        except (safe_io.UnsafeInput, OSError) as e:
             errors.append({"function": "nvidia-smi -L", "code": None, "message": str(e)})
     gpus = merge_smi(facts, listing, handle_errors)
     for gpu in gpus:

@@ -14,6 +14,8 @@ __metaclass__ = type
 import os
 import re
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+
 # /proc/devices names the GPU major "nvidia-frontend" before driver 550.40 and "nvidia" after.
 NVIDIA_GPU_MAJOR_NAMES = ("nvidia", "nvidia-frontend")
 NVIDIA_GPU_MAJOR_DEFAULT = 195
@@ -23,13 +25,18 @@ _MIG_RE = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access$")
 
 
 def read_text(path, limit=1 << 20):
-    """Return the file's text (at most ``limit`` bytes) or None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit)
-    except (IOError, OSError):
-        return None
-    return data.decode("utf-8", "replace")
+    """Return the file's text (at most ``limit`` bytes) or None when it cannot be read.
+
+    Reads through :mod:`safe_io`: a FIFO, socket, device or directory where a file is expected
+    never blocks and reads as None, like a file larger than ``limit`` (never a silent cut).
+    Use :func:`read_text_reason` where the caller must say why a file could not be read.
+    """
+    return read_text_reason(path, limit)[0]
+
+
+def read_text_reason(path, limit=1 << 20):
+    """``(text, None)``, ``(None, None)`` for a missing file, or ``(None, reason)``."""
+    return safe_io.try_read_text(path, limit)
 
 
 def proc_file(proc_path, *parts):

@@ -42,6 +42,10 @@ class UnsafeInput(ValueError):
     """A node file or option value the collection refuses to act on. The message names it."""
 
 
+class TooLarge(UnsafeInput):
+    """A file holds more than the bound the caller set (never cut silently)."""
+
+
 class CommandTimeout(UnsafeInput):
     """A command did not finish within its deadline (it and its descendants were killed)."""
 
@@ -81,7 +85,7 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
         if not regular and not (allow_char_device and stat.S_ISCHR(st.st_mode)):
             raise UnsafeInput("%s is %s; refusing to read it" % (path, _kind(st.st_mode)))
         if regular and st.st_size > limit:
-            raise UnsafeInput("%s is %d bytes, more than the %d bytes this reads"
+            raise TooLarge("%s is %d bytes, more than the %d bytes this reads"
                               % (path, st.st_size, limit))
         if regular:
             # Regular files never block; clear O_NONBLOCK so NFS and friends read normally.
@@ -106,7 +110,7 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
             total += len(chunk)
             if total > limit:
                 # procfs/sysfs report size 0: the bound is enforced on what was read.
-                raise UnsafeInput("%s holds more than the %d bytes this reads" % (path, limit))
+                raise TooLarge("%s holds more than the %d bytes this reads" % (path, limit))
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -336,6 +340,6 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
                          b"".join(bufs[err_fd]), elapsed)
 
 
-__all__ = ["UnsafeInput", "CommandTimeout", "CommandResult", "read_bytes", "read_text",
+__all__ = ["UnsafeInput", "TooLarge", "CommandTimeout", "CommandResult", "read_bytes", "read_text",
            "try_read_text", "check_timeout", "check_unit_name", "check_package_name",
            "check_path", "run_command", "DEFAULT_LIMIT"]

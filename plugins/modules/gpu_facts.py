@@ -34,6 +34,7 @@ options:
   timeout:
     description:
       - Seconds to wait for the probe before it is declared hung and killed.
+      - A finite number greater than 0 and at most 86400; anything else (V(nan), V(1e300), V(-1)) fails the task.
     type: float
     default: 10
   backend:
@@ -161,6 +162,10 @@ ansible_facts:
               description: Seconds the probe took.
               type: float
               sample: 0.021
+            timeout:
+              description: The O(timeout) in seconds the probe ran under (a V(hung) probe gave up after it).
+              type: float
+              sample: 10.0
             error:
               description: The first error, readable; null when none.
               type: str
@@ -292,6 +297,16 @@ ansible_facts:
         kernel_modules:
           description: C(nvidia), C(nvidia_uvm), C(nvidia_modeset), C(nvidia_drm), C(nvidia_peermem), each C(loaded), C(refcount), C(state).
           type: dict
+        warnings:
+          description:
+            - What could not be read or was not believed, each also issued as a task warning. A procfs file that
+              cannot be read (a FIFO, a directory, too large, no permission; a missing C(devices) or C(modules)),
+              an entry under C(driver/nvidia/gpus) without a readable C(information) file (not counted as a
+              GPU), a driver version from the probe that is not C(BRANCH.MINOR[.PATCH]) (dropped; the probe
+              status becomes V(error)).
+            - No file is ever opened in a way that blocks; nothing is read past 1 MiB.
+          type: list
+          elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -150,7 +150,7 @@ def test_plain_file_tree_like_the_lab(ansible, tmp_path):
     ({"proc_path": "/nonexistent/proc"}, "proc_path /nonexistent/proc does not exist"),
     ({"dev_path": "/nonexistent/dev"}, "dev_path /nonexistent/dev does not exist"),
     ({"kubepods_path": "no/such"}, "kubepods_path no/such is not a directory"),
-    ({"probe_timeout": 0}, "probe_timeout 0.0 must be greater than 0"),
+    ({"probe_timeout": 0}, "probe_timeout must be between 0.001 and 86400 seconds, got 0"),
     ({"cgroup_root": "/sys/fs/cgroup/unified", "mode": "list"}, "mode list reads cgroup v1"),
 ])
 def test_bad_input_fails_cleanly(ansible, tmp_path, args, message):

@@ -553,10 +553,12 @@ def test_device_ids_order():
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"backend": "cuda"}, "backend must be one of auto, nvml, nvidia_smi, got 'cuda'"),
-    ({"timeout": 0}, "timeout must be a positive number of seconds, got 0.0"),
-    ({"timeout": -3}, "got -3.0"),
+    ({"timeout": 0}, "timeout must be between 0.001 and 86400 seconds, got 0"),
+    ({"timeout": -3}, "got -3"),
     ({"timeout": "soon"}, "timeout must be a number of seconds, got 'soon'"),
     ({"timeout": float("inf")}, "got inf"),
+    ({"timeout": float("nan")}, "got nan"),
+    ({"timeout": 1e300}, "got 1e+300"),
     ({"proc_path": "/nonexistent/proc"}, "proc_path /nonexistent/proc is not a directory"),
     ({"dev_path": "/nonexistent/dev"}, "dev_path /nonexistent/dev is not a directory"),
     ({"driver_root": ""}, "driver_root must be a non-empty path"),
