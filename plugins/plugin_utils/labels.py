@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one parser of label selectors such as ``kubegpu_skip_label`` (controller side).
+
+Every role and plugin of the collection that asks "does this object carry the skip label"
+goes through :func:`has_label` (roles through the ``kubegpu.fleet.has_label`` filter):
+
+* ``key=value``: the label ``key`` is present with exactly ``value`` (``key=`` means the
+  empty value);
+* ``key``: the label ``key`` is present, with any value;
+* empty (``""`` or null): no selector, nothing matches (the skip label switched off).
+
+Keys follow Kubernetes' label key syntax (an optional DNS subdomain prefix and ``/``, then a
+name of at most 63 characters); values at most 63 characters of ``[A-Za-z0-9_.-]``. Anything
+else raises :class:`LabelError` naming the selector.
+"""
+from __future__ import annotations
+
+import re
+
+_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_PREFIX = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*"
+_KEY_RE = re.compile(r"^(%s/)?%s$" % (_PREFIX, _NAME))
+_VALUE_RE = re.compile(r"^(%s)?$" % _NAME)
+
+
+class LabelError(ValueError):
+    """A label selector the collection cannot use."""
+
+
+def parse_selector(selector):
+    """``"key=value"`` -> ``(key, value)``; ``"key"`` -> ``(key, None)``; empty -> ``(None, None)``."""
+    if selector is None:
+        return None, None
+    if not isinstance(selector, str):
+        raise LabelError("a label selector must be a string (key or key=value), got %r" % (selector,))
+    text = selector.strip()
+    if not text:
+        return None, None
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    if not key:
+        raise LabelError("the label selector %r has no key (expected key or key=value)" % selector)
+    if len(key) > 317 or not _KEY_RE.match(key) or len(key.split("/", 1)[0]) > 253:
+        raise LabelError("the label selector %r: %r is not a Kubernetes label key" % (selector, key))
+    if sep and not _VALUE_RE.match(value):
+        raise LabelError("the label selector %r: %r is not a Kubernetes label value" % (selector, value))
+    return key, (value if sep else None)
+
+
+def labels_of(obj):
+    """The labels of a Kubernetes object (a dict as the API returns it); {} when none."""
+    meta = (obj or {}).get("metadata") if isinstance(obj, dict) else None
+    labels = (meta or {}).get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+def has_label(obj, selector):
+    """Does ``obj`` (a Kubernetes object) match ``selector`` (see the module docstring)?"""
+    key, value = parse_selector(selector)
+    if key is None:
+        return False
+    labels = labels_of(obj)
+    if key not in labels:
+        return False
+    return value is None or str(labels[key]) == value
+
+
+def describe(selector):
+    """What a selector matches, in words (for messages)."""
+    key, value = parse_selector(selector)
+    if key is None:
+        return "no label (skip label disabled)"
+    if value is None:
+        return "label %s with any value" % key
+    return "label %s=%s" % (key, value)
