@@ -63,10 +63,6 @@ def device_plugin_recreate(broken, pods, skip_label=dp.DEFAULT_SKIP_LABEL, image
     return dp.pods_to_recreate(broken, pods, skip_label, image_pattern)
 
 
-def device_plugin_has_label(obj, selector=dp.DEFAULT_SKIP_LABEL):
-    return dp.has_label(obj, selector)
-
-
 def device_plugin_pods(pods, image_pattern=dp.DEFAULT_IMAGE_PATTERN):
     """The device plugin pods among ``pods`` (a container runs the plugin image)."""
     return [p for p in pods or [] if dp.plugin_container((p or {}).get("spec"), image_pattern) is not None]
@@ -86,7 +82,6 @@ class FilterModule(object):
             "device_plugin_cpu_manager_known": device_plugin_cpu_manager_known,
             "device_plugin_pass_mode": _wrap(device_plugin_pass_mode),
             "device_plugin_recreate": device_plugin_recreate,
-            "device_plugin_has_label": device_plugin_has_label,
             "device_plugin_pods": device_plugin_pods,
             "device_plugin_ready_pods": device_plugin_ready_pods,
         }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"
 DEFAULT_IMAGE_PATTERN = "k8s-device-plugin"
@@ -94,22 +95,18 @@ def image_repository(image):
 
 
 def parse_label(selector):
-    """``key=value`` -> (key, value); ``key`` -> (key, None)."""
-    text = str(selector or "").strip()
-    if not text:
-        return None, None
-    key, eq, value = text.partition("=")
-    return key.strip(), (value.strip() if eq else None)
+    """``key=value`` -> (key, value); ``key`` -> (key, None); the one parser (plugin_utils/labels.py)."""
+    try:
+        return label_selector.parse_selector(selector)
+    except label_selector.LabelError as exc:
+        raise DevicePluginError(str(exc))
 
 
 def has_label(obj, selector):
-    key, value = parse_label(selector)
-    if not key:
-        return False
-    labels = _meta(obj).get("labels") or {}
-    if key not in labels:
-        return False
-    return value is None or str(labels[key]) == value
+    try:
+        return label_selector.has_label(obj, selector)
+    except label_selector.LabelError as exc:
+        raise DevicePluginError(str(exc))
 
 
 def plugin_container(pod_spec, image_pattern=DEFAULT_IMAGE_PATTERN):

@@ -17,6 +17,8 @@ import json
 import math
 import re
 
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
+
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 RESOURCE_PREFIX = "nvidia.com/"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -108,23 +110,18 @@ def unavailable_gpu_nodes(nodes):
 
 
 def parse_label(selector):
-    """``key=value`` or ``key`` (exists) -> (key, value or None)."""
-    text = str(selector or "").strip()
-    if not text:
-        raise RolloutError("the skip label is empty")
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not key:
-        raise RolloutError("the skip label %r has no key" % text)
-    return key, (value.strip() if sep else None)
+    """``key=value`` or ``key`` (exists) -> (key, value or None); the one parser (plugin_utils/labels.py)."""
+    try:
+        return label_selector.parse_selector(selector)
+    except label_selector.LabelError as exc:
+        raise RolloutError(str(exc))
 
 
 def has_label(node, selector):
-    key, value = parse_label(selector)
-    labels = _meta(node).get("labels") or {}
-    if key not in labels:
-        return False
-    return value is None or str(labels[key]) == value
+    try:
+        return label_selector.has_label(node, selector)
+    except label_selector.LabelError as exc:
+        raise RolloutError(str(exc))
 
 
 # -------------------------------------------------------------------------------- budget

@@ -1,0 +1,76 @@
+"""The one skip-label parser (plugin_utils/labels.py) and the kubegpu.fleet.has_label filter every
+role uses; the rollout plan and the device plugin planning go through it as well."""
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kubegpu.fleet.plugins.filter import labels as label_filters
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout as ro
+
+
+def obj(**lab):
+    return {"metadata": {"name": "n", "labels": dict(lab)}}
+
+
+@pytest.mark.parametrize("selector,parsed", [
+    ("kubegpu.io/maintenance=skip", ("kubegpu.io/maintenance", "skip")),
+    ("kubegpu.io/maintenance", ("kubegpu.io/maintenance", None)),
+    (" kubegpu.io/maintenance = skip ", ("kubegpu.io/maintenance", "skip")),
+    ("frozen=", ("frozen", "")),
+    ("frozen", ("frozen", None)),
+    ("", (None, None)),
+    (None, (None, None)),
+])
+def test_parse_selector(selector, parsed):
+    assert labels.parse_selector(selector) == parsed
+
+
+@pytest.mark.parametrize("selector", ["=skip", "bad key=x", "kubegpu.io/=x", "UPPER.example/x=y", "k=bad value",
+                                      "a" * 64, "k=" + "v" * 64, 3, ["k=v"]])
+def test_bad_selectors_raise_naming_the_selector(selector):
+    with pytest.raises(labels.LabelError) as err:
+        labels.parse_selector(selector)
+    assert repr(selector) in str(err.value) or str(selector) in str(err.value)
+
+
+@pytest.mark.parametrize("selector,node_labels,ok", [
+    ("kubegpu.io/maintenance=skip", {"kubegpu.io/maintenance": "skip"}, True),
+    ("kubegpu.io/maintenance=skip", {"kubegpu.io/maintenance": "later"}, False),
+    ("kubegpu.io/maintenance=skip", {}, False),
+    # the documented key-only form: the label present with any value (also the empty value)
+    ("kubegpu.io/maintenance", {"kubegpu.io/maintenance": "later"}, True),
+    ("kubegpu.io/maintenance", {"kubegpu.io/maintenance": ""}, True),
+    ("kubegpu.io/maintenance", {"kubegpu.io/other": "skip"}, False),
+    ("frozen=", {"frozen": ""}, True),
+    ("frozen=", {"frozen": "x"}, False),
+    ("", {"kubegpu.io/maintenance": "skip"}, False),
+])
+def test_every_caller_answers_the_same(selector, node_labels, ok):
+    node = obj(**node_labels)
+    assert labels.has_label(node, selector) is ok
+    assert label_filters.has_label(node, selector) is ok
+    assert ro.has_label(node, selector) is ok
+    assert dp.has_label(node, selector) is ok
+
+
+def test_objects_without_labels():
+    assert labels.has_label({}, "k") is False
+    assert labels.has_label({"metadata": {"labels": None}}, "k") is False
+    assert labels.has_label(None, "k") is False
+
+
+def test_errors_surface_as_each_callers_error():
+    with pytest.raises(AnsibleFilterError, match="has no key"):
+        label_filters.has_label(obj(), "=skip")
+    with pytest.raises(ro.RolloutError):
+        ro.has_label(obj(), "=skip")
+    with pytest.raises(dp.DevicePluginError):
+        dp.has_label(obj(), "=skip")
+    assert "has_label" in label_filters.FilterModule().filters()
+
+
+def test_describe():
+    assert labels.describe("k") == "label k with any value"
+    assert labels.describe("k=v") == "label k=v"
+    assert labels.describe("") == "no label (skip label disabled)"
