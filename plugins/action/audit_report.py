@@ -72,7 +72,8 @@ class ActionModule(ActionBase):
                               "error": "the audit did not finish on this host (failed before evaluation)"})
         try:
             report = rep.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],
-                                      collection_version=args["collection_version"], run=args["run"])
+                                      collection_version=args["collection_version"] or rep.collection_version(),
+                                      run=args["run"])
         except rep.ReportError as e:
             result.update(failed=True, msg="cannot build the audit report: %s" % e)
             return result

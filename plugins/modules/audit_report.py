@@ -46,7 +46,9 @@ options:
     elements: dict
     default: []
   collection_version:
-    description: Recorded in the report.
+    description:
+      - Recorded in the report.
+      - Default is the version of the installed collection (its C(MANIFEST.json), or C(galaxy.yml) in a source checkout).
     type: str
   run:
     description: Free-form run metadata recorded in the report (playbook, job id).

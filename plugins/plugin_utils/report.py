@@ -12,6 +12,9 @@ from __future__ import annotations
 import datetime
 import html
 import json
+import os
+
+import yaml  # ansible-core depends on PyYAML: always there on a controller
 
 SCHEMA_ID = "kubegpu.fleet/audit-report"
 SCHEMA_VERSION = 1
@@ -23,6 +26,32 @@ NODE_STATUSES = ("audited", "unreachable", "failed")
 
 class ReportError(ValueError):
     """Raised for malformed audit input; the message names the offending value."""
+
+
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def collection_version(root=COLLECTION_ROOT):
+    """Version of the collection these plugins belong to, or None when it does not say.
+
+    An installed collection (``ansible-galaxy collection install``, a tarball) has
+    ``MANIFEST.json`` with ``collection_info.version``; a source checkout (this repository
+    linked into a collections path) has ``galaxy.yml``. Both are small files we wrote.
+    """
+    try:
+        with open(os.path.join(root, "MANIFEST.json"), encoding="utf-8") as fh:
+            version = (json.load(fh).get("collection_info") or {}).get("version")
+        if isinstance(version, str) and version:
+            return version
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return str(version) if version not in (None, "") else None
 
 
 def severity_rank(severity):

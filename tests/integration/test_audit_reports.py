@@ -6,11 +6,15 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 CHROMIUM = shutil.which("chromium")
 PROMTOOL = shutil.which("promtool")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+with open(os.path.join(REPO, "galaxy.yml")) as _fh:
+    GALAXY = yaml.safe_load(_fh)
 
-NV_BAD = {"present": True, "probe": {"status": "hung", "backend": "nvml", "elapsed": 10.2},
+NV_BAD = {"present": True, "probe": {"status": "hung", "backend": "nvml", "elapsed": 10.2, "timeout": 10.0},
           "driver_version": "570.148.08", "mig_mixed": True,
           "device_nodes": [{"name": "nvidia-uvm", "path": "/dev/nvidia-uvm", "exists": True}],
           "kernel_modules": {"nvidia_uvm": {"loaded": True}}}
@@ -64,6 +68,10 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     assert sorted(f["id"] for f in bad["findings"]) == ["driver.compute_utils", "driver.known_bad", "nvml.hung"]
     md = open(os.path.join(report_dir, "kubegpu-audit.md")).read()
     assert "**Unreachable:** gpu-gone" in md
+    # the role passes no version: the report names the collection's own (galaxy.yml in this checkout)
+    assert report["collection_version"] == GALAXY["version"]
+    hung = [f for f in bad["findings"] if f["id"] == "nvml.hung"][0]
+    assert hung["evidence"]["timeout"] == NV_BAD["probe"]["timeout"] and hung["evidence"]["elapsed"] == 10.2
 
 
 def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
@@ -134,6 +142,7 @@ def test_html_report_in_headless_chromium(ansible, tmp_path):
     assert 'class="cell critical" data-finding="driver.known_bad"' in page
     assert "Unreachable:</strong> gpu-gone" in page
     assert "upgrade the driver within its branch to 570.172.08" in page
+    assert "collection %s" % GALAXY["version"] in page and "collection ?" not in page
     shot = os.path.join(str(tmp_path), "report.png")
     proc = subprocess.run([CHROMIUM] + flags + ["--screenshot=%s" % shot, "--window-size=1280,1400",
                                                 "file://" + html_path],

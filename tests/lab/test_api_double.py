@@ -732,15 +732,50 @@ def test_client_events_core_and_events_k8s_io_share_storage(api_double_factory, 
 
 
 def test_events_expire_after_event_ttl(api_double_factory, clients):
-    proc = api_double_factory(args=["--event-ttl", "2"])
+    """No race on the clock: the event is listed right after its creation (well inside the TTL),
+    then the test waits for the observable expiry and checks it came no earlier than the TTL."""
+    ttl = 5
+    proc = api_double_factory(args=["--event-ttl", str(ttl)])
     c = clients(proc)
-    c.core.create_namespaced_event("default", {
+    created = c.core.create_namespaced_event("default", {
         "metadata": {"name": "old"}, "involvedObject": {"kind": "Node", "name": "gpu-0"}, "reason": "Old"})
+    born = created.metadata.creation_timestamp.timestamp()
     proc.client.tick()
-    assert [e.metadata.name for e in c.core.list_namespaced_event("default").items] == ["old"]
-    time.sleep(2.5)
-    proc.client.tick()
-    assert c.core.list_namespaced_event("default").items == []
+    listed = c.core.list_namespaced_event("default").items
+    assert [e.metadata.name for e in listed] == ["old"]
+    deadline = time.time() + ttl + 120  # safety deadline for a broken TTL, not a timing goal
+    while c.core.list_namespaced_event("default").items:
+        assert time.time() < deadline, "event outlived its TTL by 120 s"
+        time.sleep(0.2)  # poll interval of the wait for the expiry, not an assumption about it
+        proc.client.tick()
+    # expired, and not before its TTL (creationTimestamp has whole seconds: allow that second)
+    assert time.time() - born > ttl - 1
+
+
+def test_reads_record_what_each_client_was_served_and_wait_for_the_next(api_double_factory, clients):
+    proc = api_double_factory(seed=cluster())
+    c = clients(proc)
+    control = proc.client
+    assert control.reads(resource="nodes", name="gpu-1") == []
+    node = c.core.read_node("gpu-1")
+    c.core.list_node()
+    got = control.reads(resource="nodes", name="gpu-1")
+    assert len(got) == 1 and got[0]["verb"] == "get" and got[0]["resourceVersion"] == node.metadata.resource_version
+    assert got[0]["user_agent"].startswith("OpenAPI-Generator/")
+    assert [e["verb"] for e in control.reads(resource="nodes")] == ["get", "list"]
+    assert control.reads(resource="nodes", user_agent="kubectl/*") == []
+    # a waiting reader is woken by the read it waits for (another thread makes it)
+    since = got[0]["seq"]
+    waiter = {}
+    worker = threading.Thread(target=lambda: waiter.update(
+        entry=control.wait_for_read(since=since, timeout=120, verb="get", resource="nodes", name="gpu-0")))
+    worker.start()
+    c.core.read_node("gpu-1")  # not what it waits for
+    c.core.read_node("gpu-0")
+    worker.join()
+    assert waiter["entry"]["name"] == "gpu-0" and waiter["entry"]["seq"] > since
+    code, body = control.request("GET", "/_double/reads?wait=9999")
+    assert code == 400 and "wait must be between" in body["message"]
 
 
 def test_client_update_semantics_status_subresource_and_conflicts(api_double_factory, clients):

@@ -2,7 +2,6 @@
 the real kubernetes client in the action plugin, real HTTP, the double's history as the record."""
 import json
 import threading
-import time
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -80,27 +79,44 @@ def test_cordon_and_record_is_one_patch_check_mode_writes_nothing_and_reruns_cha
 
 
 def test_ready_waits_for_a_new_boot_id_and_times_out_with_the_reason(ansible, tmp_path, api_double_factory):
+    """Event-driven: the node "reboots" only after the double has served the waiting task the Node
+    with the old bootID, so the wait must have seen the old one and polled again, however slow
+    Ansible is to start. The safety deadline only bounds a broken run; no duration is asserted."""
     proc = api_double_factory(seed=cluster())
+    control = proc.client
     api = k8s_config.new_client_from_config(config_file=proc.kubeconfig)
     core = k8s.CoreV1Api(api)
+    old_rv = stored(proc, "gpu-1")["metadata"]["resourceVersion"]
+    start_seq = max([e["seq"] for e in control.reads()] or [0])
+    outcome = {}
 
-    def reboot_later():
-        time.sleep(2.0)
-        core.patch_node_status("gpu-1", {"status": {"nodeInfo": {"bootID": "boot-gpu-1-2"}}})
+    def reboot_after_the_first_read():
+        try:
+            outcome["seen"] = control.wait_for_read(since=start_seq, timeout=300, verb="get", resource="nodes",
+                                                    name="gpu-1", user_agent="OpenAPI-Generator/*")
+            patched = core.patch_node_status("gpu-1", {"status": {"nodeInfo": {"bootID": "boot-gpu-1-2"}}})
+            outcome["rv"] = patched.metadata.resource_version
+        except Exception as exc:  # pylint: disable=broad-except
+            outcome["error"] = repr(exc)
 
-    worker = threading.Thread(target=reboot_later)
+    worker = threading.Thread(target=reboot_after_the_first_read)
     worker.start()
     try:
         res = run(ansible, tmp_path, proc, [
-            nm("back", "gpu-1", state="ready", boot_id="boot-gpu-1-1", timeout=60, poll=0.2),
+            nm("back", "gpu-1", state="ready", boot_id="boot-gpu-1-1", timeout=300, poll=0.2),
             nm("stuck", "gpu-0", state="ready", boot_id="boot-gpu-0-1", timeout=1, poll=0.2)])
     finally:
         worker.join()
         api.close()
+    assert "error" not in outcome, outcome
+    assert outcome["seen"]["resourceVersion"] == old_rv          # the task was served the old bootID ...
     back = res.task("back")
-    assert back["ok"] and back["boot_id"] == "boot-gpu-1-2" and back["polls"] > 1 and back["waited"] > 0
+    assert back["ok"] and back["boot_id"] == "boot-gpu-1-2" and back["polls"] > 1, back   # ... and kept polling
+    served = [e["resourceVersion"] for e in control.reads(since=start_seq, verb="get", resource="nodes", name="gpu-1")]
+    assert served[0] == old_rv and served[-1] == outcome["rv"] and len(served) == back["polls"], served
     stuck = res.task("stuck")
     assert stuck["failed"] and "bootID still boot-gpu-0-1" in stuck["msg"] and "not within 1.0 s" in stuck["msg"]
+    assert stuck["polls"] >= 1 and stuck["boot_id"] == "boot-gpu-0-1"
 
 
 def test_budget_counts_nodes_already_unavailable(ansible, tmp_path, api_double_factory):

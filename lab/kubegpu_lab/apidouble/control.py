@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import quote
 
 LAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,6 +82,26 @@ class DoubleClient(object):
             if value:
                 query += "&%s=%s" % (key, value)
         return self._ok("GET", "/_double/history?" + query)["items"]
+
+    def reads(self, since=0, resource=None, name=None, verb=None, user_agent=None, wait=0.0):
+        """get/list answers the double has served (seq > since), each with the resourceVersion the
+        client saw; ``wait`` > 0 blocks in the double until one matches or ``wait`` seconds pass."""
+        query = "since=%d&wait=%s" % (since, float(wait))
+        for key, value in (("resource", resource), ("name", name), ("verb", verb), ("user_agent", user_agent)):
+            if value:
+                query += "&%s=%s" % (key, quote(value))
+        code, payload = self.request("GET", "/_double/reads?" + query, timeout=float(wait) + self.timeout)
+        if code >= 300:
+            raise DoubleError(code, payload)
+        return payload["items"]
+
+    def wait_for_read(self, since=0, timeout=120.0, **filters):
+        """The first read served after ``since`` that matches ``filters``; DoubleError after ``timeout``
+        (a safety deadline: the caller waits for the event, not for a time)."""
+        items = self.reads(since=since, wait=timeout, **filters)
+        if not items:
+            raise DoubleError(408, "no read matching %s after seq %d within %s s" % (filters, since, timeout))
+        return items[0]
 
     def state(self):
         return self._ok("GET", "/_double/state")

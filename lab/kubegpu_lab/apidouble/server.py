@@ -5,6 +5,7 @@ bound to loopback. ``serve(...)`` runs it until ``stop()``; ``stop()`` releases 
 requests and watches, closes every open connection and the listening socket, and persists
 the store.
 """
+import collections
 import fnmatch
 import hmac
 import itertools
@@ -195,6 +196,11 @@ class ApiDoubleServer(ThreadingHTTPServer):
         self.connections = set()
         self.conn_lock = threading.Lock()
         self.on_shutdown_request = None
+        # reads served (get/list), for tests that must act only after a client has seen a state:
+        # GET /_double/reads?wait=S blocks on this condition instead of the test sleeping
+        self.reads = collections.deque(maxlen=20000)
+        self.reads_seq = 0
+        self.reads_cond = threading.Condition()
         ThreadingHTTPServer.__init__(self, address, Handler)
         if ssl_context is not None:
             self.socket = ssl_context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
@@ -239,6 +245,36 @@ class ApiDoubleServer(ThreadingHTTPServer):
         for rule in gone:
             rule.released.set()
         return gone
+
+    def record_read(self, req, obj):
+        """Note one get/list answered with ``obj`` (its resourceVersion is what the client saw)."""
+        with self.reads_cond:
+            self.reads_seq += 1
+            self.reads.append({
+                "seq": self.reads_seq, "ts": time.time(), "verb": req["verb"], "resource": req["resource_key"],
+                "namespace": req["namespace"], "name": req["name"], "user_agent": req["user_agent"],
+                "resourceVersion": ((obj or {}).get("metadata") or {}).get("resourceVersion"),
+            })
+            self.reads_cond.notify_all()
+
+    def reads_since(self, since=0, resource=None, name=None, verb=None, user_agent=None, wait=0.0):
+        """Read entries with seq > since matching every filter given; with ``wait`` > 0, block up to
+        that many seconds (or until the server stops) for the first match."""
+        def matching():
+            return [e for e in self.reads if e["seq"] > since
+                    and (not resource or e["resource"] == resource or e["resource"].split(".")[0] == resource)
+                    and (not name or e["name"] == name) and (not verb or e["verb"] == verb)
+                    and (not user_agent or fnmatch.fnmatchcase(e["user_agent"] or "", user_agent))]
+        deadline = time.time() + max(float(wait), 0.0)
+        with self.reads_cond:
+            found = matching()
+            while not found and not self.stopping.is_set():
+                remaining = deadline - time.time()
+                if remaining <= 0:
+                    break
+                self.reads_cond.wait(min(remaining, 0.5))
+                found = matching()
+            return found, self.reads_seq
 
     def match_fault(self, req):
         with self.faults_lock:
@@ -538,16 +574,19 @@ class Handler(BaseHTTPRequestHandler):
             table = "as=Table" in (self.headers.get("Accept") or "")
             result = store.list(rtype, ns, q("labelSelector", ""), q("fieldSelector", ""),
                                 limit=limit if limit > 0 else None, cont=q("continue"))
-            return self._send_json(200, self._table(rtype, result) if table else result)
+            self._send_json(200, self._table(rtype, result) if table else result)
+            return self.server.record_read(req, result)
         if verb == "watch":
             return self._watch(rtype, ns, q("labelSelector", ""), q("fieldSelector", ""), q("resourceVersion"),
                                q("timeoutSeconds"), table="as=Table" in (self.headers.get("Accept") or ""))
         if verb == "get":
             obj = store.get(rtype, ns, name)
             if "as=Table" in (self.headers.get("Accept") or ""):
-                return self._send_json(200, self._table(rtype, {"items": [obj], "metadata": {
+                self._send_json(200, self._table(rtype, {"items": [obj], "metadata": {
                     "resourceVersion": obj["metadata"].get("resourceVersion")}}))
-            return self._send_json(200, obj)
+            else:
+                self._send_json(200, obj)
+            return self.server.record_read(req, obj)
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if verb in ("create", "update", "evict") and body_bytes:
             body = _decode_body(body_bytes, ctype)
@@ -693,6 +732,18 @@ class Handler(BaseHTTPRequestHandler):
             if (query.get("nodes") or ["true"])[0].lower() in ("false", "0"):
                 items = [dict((k, v) for k, v in e.items() if k != "nodes") for e in items]
             return self._send_json(200, {"items": items, "last_seq": store.seq})
+        if parts == ["reads"] and method == "GET":
+            def one(key):
+                return (query.get(key) or [None])[0]
+            try:
+                since, wait = int(one("since") or 0), float(one("wait") or 0)
+            except ValueError:
+                raise bad_request("since must be an integer and wait a number of seconds")
+            if not 0 <= wait <= 600:
+                raise bad_request("wait must be between 0 and 600 seconds, not %s" % wait)
+            items, last = server.reads_since(since, resource=one("resource"), name=one("name"), verb=one("verb"),
+                                             user_agent=one("user_agent"), wait=wait)
+            return self._send_json(200, {"items": items, "last_seq": last})
         if parts == ["state"] and method == "GET":
             return self._send_json(200, store.dump())
         if parts == ["faults"]:

@@ -188,12 +188,22 @@ def test_hang_holds_the_library_lock(lib, scenario):
     fakenvml.write_scenario(scenario, [fakenvml.gpu(0)], hang={"function": "nvmlDeviceGetSerial"})
 
     def body(p):
+        import select
         import threading
+        import time
         p.nvmlInit()
         h = p.nvmlDeviceGetHandleByIndex(0)
+        # The second call must start only once the first one holds the lock and hangs: the fake
+        # logs "hanging in <fn>" (KUBEGPU_FAKE_NVML_DEBUG) with the lock held; wait for that line.
+        rfd, wfd = os.pipe()
+        os.dup2(wfd, 2)
+        os.environ["KUBEGPU_FAKE_NVML_DEBUG"] = "1"
         threading.Thread(target=p.nvmlDeviceGetSerial, args=(h,), daemon=True).start()
-        import time
-        time.sleep(0.2)
+        seen, deadline = b"", time.monotonic() + 60  # the deadline only bounds a broken fake
+        while b"hanging in nvmlDeviceGetSerial" not in seen:
+            if not select.select([rfd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                raise RuntimeError("the first caller never reported its hang: %r" % seen)
+            seen += os.read(rfd, 4096)
         body.emit.stage("second caller")
         return p.nvmlDeviceGetUUID(h)
 
@@ -202,6 +212,8 @@ def test_hang_holds_the_library_lock(lib, scenario):
         import pynvml  # pylint: disable=import-error
         pynvml.nvmlLib = ctypes.CDLL(lib)
         return body(pynvml)
-    out = run_in_child(target, 1.0)
-    assert out.status == "hung"
+    # generous: the child hangs for good at the second caller; the timeout only has to outlast
+    # the steps before it on a contended machine
+    out = run_in_child(target, 10.0)
+    assert out.status == "hung", out
     assert out.stage == "second caller"

@@ -135,3 +135,25 @@ def test_report_validates_against_published_schema():
     bad["nodes"][0]["status"] = "lost"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_collection_version_from_the_manifest_of_an_installed_collection_else_galaxy_yml(tmp_path):
+    installed, checkout, bare, broken = (tmp_path / n for n in ("installed", "checkout", "bare", "broken"))
+    for d in (installed, checkout, bare, broken):
+        d.mkdir()
+    (installed / "MANIFEST.json").write_text(json.dumps({"collection_info": {"namespace": "kubegpu", "name": "fleet",
+                                                                             "version": "1.2.3"}}))
+    (installed / "galaxy.yml").write_text("version: 9.9.9\n")  # the manifest is what was installed
+    (checkout / "galaxy.yml").write_text("namespace: kubegpu\nname: fleet\nversion: 0.4.0\n")
+    (broken / "MANIFEST.json").write_text("{not json")
+    (broken / "galaxy.yml").write_text("version: [unclosed\n")
+    assert r.collection_version(str(installed)) == "1.2.3"
+    assert r.collection_version(str(checkout)) == "0.4.0"
+    assert r.collection_version(str(bare)) is None and r.collection_version(str(broken)) is None
+    # these plugins' own collection (this source checkout) says what its galaxy.yml says
+    import os
+
+    import yaml
+
+    with open(os.path.join(r.COLLECTION_ROOT, "galaxy.yml")) as fh:
+        assert r.collection_version() == yaml.safe_load(fh)["version"]
