@@ -51,6 +51,8 @@
 #define FAKE_MAX_ERRS 24
 #define FAKE_DEV_MAGIC 0x4b474e56u
 #define FAKE_MAX_CONFIG (4 << 20)
+#define FAKE_MAX_NVLINKS 18
+#define FAKE_NVLINK_COUNTERS 5
 
 struct fake_err {
     char fn[64];
@@ -79,6 +81,14 @@ struct nvmlDevice_st {
     struct fake_err errs[FAKE_MAX_ERRS];
     int nerrs;
     unsigned nmig;
+    /* health state ("health" in the scenario) */
+    int health_supported;                 /* row remapper / ECC present (0: NOT_SUPPORTED) */
+    unsigned remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned retired_sbe, retired_dbe, retired_pending;
+    unsigned long long ecc_unc_volatile, ecc_unc_aggregate, ecc_cor_volatile, ecc_cor_aggregate;
+    unsigned nvlinks;                     /* number of NVLinks (0: NOT_SUPPORTED) */
+    unsigned nvlink_active[FAKE_MAX_NVLINKS];
+    unsigned long long nvlink_err[FAKE_MAX_NVLINKS][FAKE_NVLINK_COUNTERS];
 };
 
 static struct {
@@ -496,6 +506,67 @@ static int load_mig(struct nvmlDevice_st *gpu, struct nvmlDevice_st *m, unsigned
     return add_errors(m->errs, &m->nerrs, fj_get(spec, "errors"));
 }
 
+/* "health": {"remapped_rows": {"correctable", "uncorrectable", "pending", "failure"},
+ *            "retired_pages": {"multiple_single_bit", "double_bit", "pending"},
+ *            "ecc": {"volatile_uncorrectable", "aggregate_uncorrectable",
+ *                    "volatile_correctable", "aggregate_correctable"},
+ *            "nvlinks": N | [{"active": bool, "replay": n, "recovery": n, "crc_flit": n,
+ *                             "crc_data": n, "ecc_data": n}, ...],
+ *            "supported": bool}
+ * Defaults: a healthy data-centre GPU (row remapper and ECC supported, all zero), 18 active
+ * NVLinks without errors. "supported": false makes the memory queries NOT_SUPPORTED (a
+ * consumer GPU); "nvlinks": 0 makes the NVLink queries NOT_SUPPORTED. */
+static int load_health(struct nvmlDevice_st *d, const fj_value *h)
+{
+    static const char *const COUNTERS[FAKE_NVLINK_COUNTERS] = {
+        "replay", "recovery", "crc_flit", "crc_data", "ecc_data" };
+    const fj_value *rr = fj_get(h, "remapped_rows"), *rp = fj_get(h, "retired_pages");
+    const fj_value *ecc = fj_get(h, "ecc"), *links = fj_get(h, "nvlinks");
+    if (h && h->type != FJ_OBJ) {
+        fprintf(stderr, "fake-nvml: \"health\" must be an object\n");
+        return -1;
+    }
+    d->health_supported = fj_get_bool(h, "supported", 1);
+    d->remap_corr = (unsigned)fj_get_int(rr, "correctable", 0);
+    d->remap_unc = (unsigned)fj_get_int(rr, "uncorrectable", 0);
+    d->remap_pending = (unsigned)fj_get_bool(rr, "pending", 0);
+    d->remap_failure = (unsigned)fj_get_bool(rr, "failure", 0);
+    d->retired_sbe = (unsigned)fj_get_int(rp, "multiple_single_bit", 0);
+    d->retired_dbe = (unsigned)fj_get_int(rp, "double_bit", 0);
+    d->retired_pending = (unsigned)fj_get_bool(rp, "pending", 0);
+    d->ecc_unc_volatile = (unsigned long long)fj_get_int(ecc, "volatile_uncorrectable", 0);
+    d->ecc_unc_aggregate = (unsigned long long)fj_get_int(ecc, "aggregate_uncorrectable",
+                                                          (long long)d->ecc_unc_volatile);
+    d->ecc_cor_volatile = (unsigned long long)fj_get_int(ecc, "volatile_correctable", 0);
+    d->ecc_cor_aggregate = (unsigned long long)fj_get_int(ecc, "aggregate_correctable",
+                                                          (long long)d->ecc_cor_volatile);
+    if (d->retired_sbe > 64 || d->retired_dbe > 64) {
+        fprintf(stderr, "fake-nvml: at most 64 retired pages per cause\n");
+        return -1;
+    }
+    if (!links) {
+        d->nvlinks = FAKE_MAX_NVLINKS;
+        for (unsigned l = 0; l < d->nvlinks; l++)
+            d->nvlink_active[l] = 1;
+    } else if (links->type == FJ_NUM) {
+        d->nvlinks = links->num < 0 ? 0 : links->num > FAKE_MAX_NVLINKS ? FAKE_MAX_NVLINKS : (unsigned)links->num;
+        for (unsigned l = 0; l < d->nvlinks; l++)
+            d->nvlink_active[l] = 1;
+    } else if (links->type == FJ_ARR) {
+        d->nvlinks = links->n > FAKE_MAX_NVLINKS ? FAKE_MAX_NVLINKS : (unsigned)links->n;
+        for (unsigned l = 0; l < d->nvlinks; l++) {
+            const fj_value *lk = links->items[l];
+            d->nvlink_active[l] = (unsigned)fj_get_bool(lk, "active", 1);
+            for (unsigned c = 0; c < FAKE_NVLINK_COUNTERS; c++)
+                d->nvlink_err[l][c] = (unsigned long long)fj_get_int(lk, COUNTERS[c], 0);
+        }
+    } else {
+        fprintf(stderr, "fake-nvml: \"nvlinks\" must be a number or a list\n");
+        return -1;
+    }
+    return 0;
+}
+
 static int load_gpu(struct nvmlDevice_st *d, unsigned i, const fj_value *spec)
 {
     const fj_value *mig = fj_get(spec, "mig_mode");
@@ -547,6 +618,8 @@ static int load_gpu(struct nvmlDevice_st *d, unsigned i, const fj_value *spec)
     if (d->max_mig > FAKE_MAX_MIG)
         d->max_mig = FAKE_MAX_MIG;
     if (add_errors(d->errs, &d->nerrs, fj_get(spec, "errors")) < 0)
+        return -1;
+    if (load_health(d, fj_get(spec, "health")) < 0)
         return -1;
     if (devs && devs->type == FJ_ARR && d->mig_current == 1) {
         for (size_t j = 0; j < devs->n && j < d->max_mig; j++)
@@ -1190,4 +1263,147 @@ API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttri
 API nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
 {
     return nvmlDeviceGetAttributes_v2(device, attributes);
+}
+
+/* ------------------------------------------------------------------- memory health */
+
+#define NVML_MEMORY_ERROR_TYPE_CORRECTED   0
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_VOLATILE_ECC  0
+#define NVML_AGGREGATE_ECC 1
+#define NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS 0
+#define NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR           1
+
+/* Per-device health calls answer for the physical GPU; MIG handles are not supported. */
+static int health_enter(const char *fn, nvmlDevice_t d)
+{
+    int rc = enter(fn, d);
+    if (rc)
+        return rc;
+    if (d->is_mig || !d->health_supported) {
+        UNLOCK();
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                           unsigned int *uncRows, unsigned int *isPending,
+                                           unsigned int *failureOccurred)
+{
+    int rc = health_enter("nvmlDeviceGetRemappedRows", device);
+    if (rc)
+        return rc;
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *corrRows = device->remap_corr;
+    *uncRows = device->remap_unc;
+    *isPending = device->remap_pending;
+    *failureOccurred = device->remap_failure;
+    RETURN(NVML_SUCCESS);
+}
+
+static int retired_pages(const char *fn, nvmlDevice_t device, int cause, unsigned int *pageCount,
+                         unsigned long long *addresses, unsigned long long *timestamps)
+{
+    unsigned n;
+    int rc = health_enter(fn, device);
+    if (rc)
+        return rc;
+    if (!pageCount || (cause != NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS &&
+                       cause != NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    n = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? device->retired_dbe : device->retired_sbe;
+    /* The API: a too-small buffer gets INSUFFICIENT_SIZE with the needed count. */
+    if (*pageCount < n || (n && !addresses)) {
+        *pageCount = n;
+        RETURN(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+    }
+    for (unsigned k = 0; k < n; k++) {
+        addresses[k] = 0x100000ULL * (device->index + 1) + 0x1000ULL * k + (unsigned)cause;
+        if (timestamps)
+            timestamps[k] = 1700000000ULL + k;
+    }
+    *pageCount = n;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *pageCount,
+                                           unsigned long long *addresses)
+{
+    return retired_pages("nvmlDeviceGetRetiredPages", device, cause, pageCount, addresses, NULL);
+}
+
+API nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause, unsigned int *pageCount,
+                                              unsigned long long *addresses, unsigned long long *timestamps)
+{
+    return retired_pages("nvmlDeviceGetRetiredPages", device, cause, pageCount, addresses, timestamps);
+}
+
+API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *isPending)
+{
+    int rc = health_enter("nvmlDeviceGetRetiredPagesPendingStatus", device);
+    if (rc)
+        return rc;
+    if (!isPending)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isPending = device->retired_pending ? 1 : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+                                             unsigned long long *eccCounts)
+{
+    int rc = health_enter("nvmlDeviceGetTotalEccErrors", device);
+    if (rc)
+        return rc;
+    if (!eccCounts || (errorType != NVML_MEMORY_ERROR_TYPE_CORRECTED && errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED) ||
+        (counterType != NVML_VOLATILE_ECC && counterType != NVML_AGGREGATE_ECC))
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        *eccCounts = counterType == NVML_VOLATILE_ECC ? device->ecc_unc_volatile : device->ecc_unc_aggregate;
+    else
+        *eccCounts = counterType == NVML_VOLATILE_ECC ? device->ecc_cor_volatile : device->ecc_cor_aggregate;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ---------------------------------------------------------------------------- NVLink */
+
+static int nvlink_enter(const char *fn, nvmlDevice_t d, unsigned link)
+{
+    int rc = enter(fn, d);
+    if (rc)
+        return rc;
+    if (d->is_mig || d->nvlinks == 0) {
+        UNLOCK();
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    if (link >= d->nvlinks) {
+        UNLOCK();
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, unsigned int *isActive)
+{
+    int rc = nvlink_enter("nvmlDeviceGetNvLinkState", device, link);
+    if (rc)
+        return rc;
+    if (!isActive)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *isActive = device->nvlink_active[link] ? 1 : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                                 unsigned long long *counterValue)
+{
+    int rc = nvlink_enter("nvmlDeviceGetNvLinkErrorCounter", device, link);
+    if (rc)
+        return rc;
+    if (!counterValue || counter < 0 || counter >= FAKE_NVLINK_COUNTERS)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *counterValue = device->nvlink_err[link][counter];
+    RETURN(NVML_SUCCESS);
 }

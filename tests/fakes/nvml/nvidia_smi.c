@@ -44,6 +44,10 @@ NVML_FN(nvmlReturn_t, nvmlDeviceGetMigDeviceHandleByIndex, (nvmlDevice_t, unsign
 NVML_FN(nvmlReturn_t, nvmlDeviceGetGpuInstanceId, (nvmlDevice_t, unsigned int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetComputeInstanceId, (nvmlDevice_t, unsigned int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetAttributes_v2, (nvmlDevice_t, nvmlDeviceAttributes_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetRemappedRows, (nvmlDevice_t, unsigned int *, unsigned int *, unsigned int *, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPages, (nvmlDevice_t, int, unsigned int *, unsigned long long *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t, int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetTotalEccErrors, (nvmlDevice_t, int, int, unsigned long long *))
 
 static void *lib;
 
@@ -76,6 +80,10 @@ static void load_symbols(void)
     LOAD(nvmlDeviceGetGpuInstanceId);
     LOAD(nvmlDeviceGetComputeInstanceId);
     LOAD(nvmlDeviceGetAttributes_v2);
+    LOAD(nvmlDeviceGetRemappedRows);
+    LOAD(nvmlDeviceGetRetiredPages);
+    LOAD(nvmlDeviceGetRetiredPagesPendingStatus);
+    LOAD(nvmlDeviceGetTotalEccErrors);
 #undef LOAD
 }
 
@@ -374,6 +382,78 @@ static void xml_mig_devices(nvmlDevice_t h, unsigned cur)
         printf("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n");
 }
 
+static const char *yes_no(unsigned v)
+{
+    return v ? "Yes" : "No";
+}
+
+/* ECC counters in the R570+ layout (nvsmi_device_v12): the fake's NVML only knows totals, so
+ * every uncorrectable/correctable error is counted as DRAM and SRAM stays 0. */
+static void xml_ecc_section(int depth, const char *tag, nvmlDevice_t h, int counter, int aggregate)
+{
+    unsigned long long unc = 0, cor = 0;
+    nvmlReturn_t urc = CALL(nvmlDeviceGetTotalEccErrors, h, 1, counter, &unc);
+    nvmlReturn_t crc = CALL(nvmlDeviceGetTotalEccErrors, h, 0, counter, &cor);
+    xml_open(depth, tag);
+    xml_uint(depth + 1, "sram_correctable", crc, 0, NULL);
+    xml_uint(depth + 1, "sram_uncorrectable_parity", urc, 0, NULL);
+    xml_uint(depth + 1, "sram_uncorrectable_secded", urc, 0, NULL);
+    xml_uint(depth + 1, "dram_correctable", crc, cor, NULL);
+    xml_uint(depth + 1, "dram_uncorrectable", urc, unc, NULL);
+    if (aggregate)
+        xml_text(depth + 1, "sram_threshold_exceeded", urc ? fail_text(urc) : "No");
+    xml_close(depth, tag);
+}
+
+static void xml_health(nvmlDevice_t h)
+{
+    unsigned corr = 0, unc = 0, pending = 0, failure = 0, sbe = 0, dbe = 0;
+    int pend_pages = 0;
+    nvmlReturn_t rc, src, drc, prc;
+    unsigned long long probe = 0;
+    rc = CALL(nvmlDeviceGetTotalEccErrors, h, 1, 0, &probe);
+    xml_open(2, "ecc_mode");
+    xml_text(3, "current_ecc", rc ? "N/A" : "Enabled");
+    xml_text(3, "pending_ecc", rc ? "N/A" : "Enabled");
+    xml_close(2, "ecc_mode");
+    xml_open(2, "ecc_errors");
+    xml_ecc_section(3, "volatile", h, 0, 0);
+    xml_ecc_section(3, "aggregate", h, 1, 1);
+    xml_close(2, "ecc_errors");
+    /* count only: a NULL buffer answers INSUFFICIENT_SIZE with the count, or SUCCESS for 0 */
+    src = CALL(nvmlDeviceGetRetiredPages, h, 0, &sbe, NULL);
+    drc = CALL(nvmlDeviceGetRetiredPages, h, 1, &dbe, NULL);
+    prc = CALL(nvmlDeviceGetRetiredPagesPendingStatus, h, &pend_pages);
+    if (src == NVML_ERROR_INSUFFICIENT_SIZE)
+        src = NVML_SUCCESS;
+    if (drc == NVML_ERROR_INSUFFICIENT_SIZE)
+        drc = NVML_SUCCESS;
+    xml_open(2, "retired_pages");
+    xml_open(3, "multiple_single_bit_retirement");
+    xml_uint(4, "retired_count", src, sbe, NULL);
+    xml_text(4, "retired_pagelist", "N/A");
+    xml_close(3, "multiple_single_bit_retirement");
+    xml_open(3, "double_bit_retirement");
+    xml_uint(4, "retired_count", drc, dbe, NULL);
+    xml_text(4, "retired_pagelist", "N/A");
+    xml_close(3, "double_bit_retirement");
+    xml_text(3, "pending_blacklist", prc ? fail_text(prc) : yes_no((unsigned)pend_pages));
+    xml_text(3, "pending_retirement", prc ? fail_text(prc) : yes_no((unsigned)pend_pages));
+    xml_close(2, "retired_pages");
+    rc = CALL(nvmlDeviceGetRemappedRows, h, &corr, &unc, &pending, &failure);
+    if (rc) {
+        /* the real tool prints the section as N/A on GPUs without a row remapper */
+        xml_text(2, "remapped_rows", fail_text(rc));
+        return;
+    }
+    xml_open(2, "remapped_rows");
+    xml_uint(3, "remapped_row_corr", NVML_SUCCESS, corr, NULL);
+    xml_uint(3, "remapped_row_unc", NVML_SUCCESS, unc, NULL);
+    xml_text(3, "remapped_row_pending", yes_no(pending));
+    xml_text(3, "remapped_row_failure", yes_no(failure));
+    xml_close(2, "remapped_rows");
+}
+
 static void xml_gpu(unsigned i)
 {
     struct gpu g;
@@ -442,6 +522,7 @@ static void xml_gpu(unsigned i)
     xml_close(2, "pci");
     xml_memory(2, "fb_memory_usage", g.h);
     xml_text(2, "compute_mode", "Default");
+    xml_health(g.h);
     xml_close(1, "gpu");
 }
 
