@@ -152,6 +152,7 @@ _PID_ONLY_RE = re.compile(r"^pid=('[^']*'|[^,]*),\s*(.*)$")
 _BRACKET_TS_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]")
 # /dev/kmsg record: "<prio>,<seq>,<usec>,<flags>[,...];<text>"
 _KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;")
+_JSON_BYTES_RE = re.compile(r'"MESSAGE"\s*:\s*\[')
 
 
 def _as_text(data):
@@ -253,7 +254,8 @@ def parse_xid_events(data, max_lines=MAX_LINES, max_bytes=MAX_BYTES, max_events=
         if len(line) > MAX_LINE:
             stats["long_lines"] += 1
             line = line[:MAX_LINE]
-        if "NVRM: Xid" not in line:
+        # journald exports a non-UTF-8 MESSAGE as a byte array: only those are decoded first.
+        if "NVRM: Xid" not in line and not (line.startswith("{") and _JSON_BYTES_RE.search(line)):
             continue
         ev = _parse_line(line)
         if ev is not None:
