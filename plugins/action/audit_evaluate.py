@@ -4,6 +4,8 @@
 """Controller-side: evaluate one node's gathered facts into audit findings (no connection)."""
 from __future__ import annotations
 
+import math
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import FINDINGS, evaluate_node
@@ -32,6 +34,15 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
+        if args["pending_threshold"] < 0:
+            result.update(failed=True, msg="pending_threshold must be a number of seconds >= 0, got %r"
+                          % (args["pending_threshold"],))
+            return result
+        fraction = args["memory_min_fraction"]
+        if math.isnan(fraction) or math.isinf(fraction) or fraction < 0:
+            result.update(failed=True, msg="memory_min_fraction must be a finite number >= 0 (a fraction "
+                          "such as 0.8), got %r" % (fraction,))
+            return result
         unknown = sorted(set(args["skip"]) - set(FINDINGS))
         if unknown:
             result.update(failed=True, msg="unknown finding id(s) in skip: %s (known: %s)"

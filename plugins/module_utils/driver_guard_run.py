@@ -23,6 +23,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages impo
     compute_utils_status,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed, to_native_text
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 
 try:
     from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts
@@ -72,6 +73,11 @@ def driver_guard_evaluate(params, run_command, get_bin_path, warn):
         raise ProbeFailed("driver_guard received no catalog: run it as the task "
                           "kubegpu.fleet.driver_guard so its action plugin loads the bundled catalog")
     skip_entries = params.get("skip_entries") or []
+    if params.get("timeout") is not None:
+        try:
+            safe_io.check_timeout(params["timeout"], "timeout", minimum=0.001)
+        except safe_io.UnsafeInput as e:
+            raise ProbeFailed(to_native_text(e))
     try:
         bundled = validate_catalog(params["_catalog"], "bundled catalog")
         entries, origin = merge_catalog(bundled, params.get("catalog_extra"))
@@ -115,5 +121,7 @@ def driver_guard_evaluate(params, run_command, get_bin_path, warn):
     )
     if pkg_info["error"]:
         warn("installed NVIDIA packages unknown: %s" % pkg_info["error"])
+    for warning in detection.get("warnings") or []:
+        warn(warning)
     result["msg"] = driver_guard_summary(result)
     return result, entries, ev, node

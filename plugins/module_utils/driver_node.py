@@ -14,21 +14,58 @@ __metaclass__ = type
 import os
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_packages
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
     parse_component_version,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
     parse_nvidia_version,
     proc_file,
-    read_text,
+    read_text_reason,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
 
 NOT_INSTALLED = ("", "none")
+# dpkg-query/rpm over the NVIDIA patterns take well under a second; apt-cache madison and dnf
+# repoquery read the package lists (seconds). A command past its deadline is killed.
+COMMAND_TIMEOUT = 120.0
+COMMAND_OUTPUT_LIMIT = 16 << 20
+RC_TIMEOUT = 124
+RC_CANNOT_RUN = 127
 
 
 class NodeInputError(ValueError):
     """An option value that does not parse; the message names the option and the value."""
+
+
+def bounded_runner(timeout=COMMAND_TIMEOUT, environ_update=None, limit=COMMAND_OUTPUT_LIMIT):
+    """A ``run_command(args, **kwargs) -> (rc, stdout, stderr)`` like AnsibleModule's, through
+    :func:`safe_io.run_command`: no shell, stdin from /dev/null, a deadline (the command and
+    anything it daemonised are killed), bounded output, and text that is always valid UTF-8
+    (undecodable bytes, e.g. a Latin-1 package description, become U+FFFD), so the result is
+    JSON the controller accepts.
+
+    A command past its deadline answers rc 124 and one that cannot start rc 127, with stderr
+    saying what happened, so callers report it the way they report any failed command.
+    ``environ_update`` (and a per-call ``environ_update`` keyword) is added to the environment.
+    """
+    timeout = safe_io.check_timeout(timeout, "command timeout", minimum=0.001)
+    base = dict(environ_update or {})
+
+    def run(args, **kwargs):
+        env = dict(os.environ)
+        env.update(base)
+        env.update(kwargs.get("environ_update") or {})
+        try:
+            res = safe_io.run_command(list(args), timeout, limit=limit, env=env)
+        except safe_io.CommandTimeout as e:
+            return RC_TIMEOUT, "", str(e)
+        except safe_io.UnsafeInput as e:
+            return RC_TIMEOUT, "", str(e)
+        except (IOError, OSError) as e:
+            return RC_CANNOT_RUN, "", "cannot run %s: %s" % (args[0], e.strerror or e)
+        return res.rc, res.text("stdout"), res.text("stderr")
+    return run
 
 
 def check_version_option(name, value):
@@ -99,7 +136,7 @@ def gather_node(params, run_command, get_bin_path, facts_fn=None, facts_error=No
         "toolkit_version": None, "toolkit_version_source": None,
         "gpu_names": None, "gpu_names_source": None,
     }
-    detection = {"gpu_facts": "not needed", "probe": None, "error": None}
+    detection = {"gpu_facts": "not needed", "probe": None, "error": None, "warnings": []}
 
     node["driver_version"] = check_version_option("driver_version", params.get("driver_version"))
     if node["driver_version"]:
@@ -115,7 +152,10 @@ def gather_node(params, run_command, get_bin_path, facts_fn=None, facts_error=No
 
     if node["kernel_module_version"] is None:
         path = proc_file(params.get("proc_path") or "/proc", "driver", "nvidia", "version")
-        found = parse_nvidia_version(read_text(path))
+        text, reason = read_text_reason(path)
+        if reason:
+            detection["warnings"].append("cannot read %s: %s" % (path, reason))
+        found = parse_nvidia_version(text)
         if found:
             node["kernel_module_version"] = found
             node["kernel_module_version_source"] = path

@@ -23,7 +23,11 @@ options:
     type: str
     required: true
   nvidia:
-    description: C(ansible_facts.nvidia) from M(kubegpu.fleet.gpu_facts).
+    description:
+      - C(ansible_facts.nvidia) from M(kubegpu.fleet.gpu_facts).
+      - Results of any shape are accepted (they come from nodes that may be hostile). A field of an unexpected
+        type makes the rule reading it report an C(audit.module_failed) finding naming the rule
+        (C(evaluate:<rule>)); the other rules still run.
     type: dict
     default: {}
   kubelet:
@@ -52,12 +56,12 @@ options:
     default: {}
   pending_threshold:
     description: Seconds a pod bound to the node may stay Pending without kubelet events before
-      the node counts as no longer admitting pods.
+      the node counts as no longer admitting pods. Must not be negative.
     type: int
     default: 300
   memory_min_fraction:
     description: Fraction of the GKE-ladder recommendation below which the kubelet memory
-      reservation is reported as too small.
+      reservation is reported as too small. A finite number, not negative.
     type: float
     default: 0.8
   skip:

@@ -24,7 +24,8 @@ description:
     driver and kernel module versions, MIG state and GPU names from gpu_facts.
     checkpoint_sync runs only when the NVML probe answered without errors (a stale check
     needs a trustworthy device list) and reads the checkpoint kubelet_facts found.
-    cgroup_devices runs only when an NVIDIA driver is present.
+    cgroup_devices runs only when an NVIDIA driver is present; when it is skipped,
+    C(skip_reason) says whether gpu_facts failed (and why) or found no driver.
   - A probe that fails - or raises - becomes a failed result (C(failed), C(msg)) for that
     probe only; the other probes still run and the task itself does not fail, like the
     five tasks with C(ignore_errors).
@@ -62,7 +63,9 @@ options:
     choices: [auto, nvml, nvidia_smi]
     default: auto
   timeout:
-    description: Seconds before the NVML probe counts as hung (gpu_facts and driver_guard).
+    description:
+      - Seconds before the NVML probe counts as hung (gpu_facts and driver_guard).
+      - A finite number greater than 0 and at most 86400; anything else fails the task.
     type: float
     default: 10
   kubelet_config_path:
@@ -208,6 +211,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run imp
     DRIVER_GUARD_ENVIRON,
     driver_guard_evaluate,
 )
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
@@ -271,6 +276,21 @@ def driver_guard_params(p, nv):
     )
 
 
+def cgroup_skip_reason(gpu, nv):
+    """Why cgroup_devices is not run: gpu_facts failed (and why), or it found no driver (and
+    what it could not read, when procfs was not fully readable)."""
+    if gpu.get("failed"):
+        return "gpu_facts failed, so whether an NVIDIA driver is present is unknown: %s" % (
+            gpu.get("msg") or "no message")
+    reason = "no NVIDIA driver present (gpu_facts: probe %s%s)" % (
+        (nv.get("probe") or {}).get("status"),
+        ", %s" % (nv.get("probe") or {}).get("error") if (nv.get("probe") or {}).get("error") else "")
+    unread = [w for w in nv.get("warnings") or [] if isinstance(w, str) and w.startswith("cannot ")]
+    if unread:
+        reason += "; but procfs was not fully readable: %s" % "; ".join(unread)
+    return reason
+
+
 def checkpoint_params(nv, kubelet):
     """checkpoint_sync's options (state checked) as the audit role passes them."""
     kl = {} if kubelet.get("failed") else (kubelet.get("ansible_facts") or {}).get("kubelet") or {}
@@ -295,10 +315,8 @@ def run_probes(module):
         probes[name] = _run_probe(name, func, module.warn)
         elapsed[name] = round(time.time() - start, 3)
 
-    def driver_guard_run_command(args, **kwargs):
-        env = dict(DRIVER_GUARD_ENVIRON)
-        env.update(kwargs.pop("environ_update", None) or {})
-        return module.run_command(args, environ_update=env, **kwargs)
+    # dpkg-query/rpm with a deadline, bounded output and valid UTF-8 text (safe_io).
+    driver_guard_run_command = bounded_runner(environ_update=DRIVER_GUARD_ENVIRON)
 
     timed("gpu_facts", lambda warn: gpu_facts_run(
         dict(proc_path=p["nvidia_proc_path"], dev_path=p["dev_path"], driver_root=p["driver_root"],
@@ -329,7 +347,7 @@ def run_probes(module):
                  dev_path=p["dev_path"], mode=p["cgroup_mode"], kubepods_path=None,
                  probe_method="access", probe_timeout=10.0, process_evidence=True), warn))
     else:
-        probes["cgroup_devices"] = _skipped("no NVIDIA driver present")
+        probes["cgroup_devices"] = _skipped(cgroup_skip_reason(probes["gpu_facts"], nv))
         elapsed["cgroup_devices"] = 0
     return probes, elapsed
 
@@ -351,6 +369,10 @@ def main():
         ),
         supports_check_mode=True,
     )
+    try:
+        safe_io.check_timeout(module.params["timeout"], "timeout", minimum=0.001)
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg=str(e))
     probes, elapsed = run_probes(module)
     failed = [name for name in PROBES if probes[name].get("failed")]
     msg = "%d probes run, %d skipped, %d failed%s" % (

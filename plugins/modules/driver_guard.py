@@ -167,7 +167,11 @@ options:
     choices: [auto, nvml, nvidia_smi]
     default: auto
   timeout:
-    description: Seconds the GPU probe may take (it is only run when something is still unknown).
+    description:
+      - Seconds the GPU probe may take (it is only run when something is still unknown).
+      - A finite number greater than 0 and at most 86400; anything else fails the task.
+      - The package query (C(dpkg-query) or C(rpm)) has its own deadline of 120 seconds; a query that does not
+        finish is killed and reported in RV(package_query_error).
     type: float
     default: 10.0
   _catalog:
@@ -377,7 +381,10 @@ node:
   returned: always
   type: dict
 detection:
-  description: Whether the GPU probe was needed and what it reported.
+  description:
+    - Whether the GPU probe was needed and what it reported (C(gpu_facts), C(probe), C(error)).
+    - C(warnings) lists node files that could not be read (a FIFO, a directory or a file too large where
+      C(<proc_path>/driver/nvidia/version) is expected); each is also issued as a task warning.
   returned: always
   type: dict
 catalog:
@@ -398,6 +405,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import VERDICT_KNOWN_BAD
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
     DRIVER_GUARD_ENVIRON,
@@ -411,13 +420,11 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import P
 
 
 def _read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
-    except (IOError, OSError):
-        if os.path.exists(path):
-            raise
-        return None
+    """The file's text, None when it does not exist. Never blocks (a FIFO is refused), never
+    reads more than 4 MiB, and refuses bytes that are not UTF-8 (UnicodeDecodeError) rather
+    than rewriting them."""
+    data = safe_io.read_bytes(path, missing_ok=True)
+    return None if data is None else data.decode("utf-8")
 
 
 def _validate_apt(module, result, content):
@@ -435,7 +442,7 @@ def _validate_apt(module, result, content):
             f.write(content)
         # Only the rendered file and no repositories: problems elsewhere in the node's apt
         # configuration (a broken sources entry, another preferences file) do not count here.
-        rc, out, err = module.run_command([
+        rc, out, err = bounded_runner(environ_update=DRIVER_GUARD_ENVIRON)([
             apt_cache,
             "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
             "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
@@ -508,7 +515,7 @@ def _pinned(module, params, entries, node, result, skip):
         _fail(module, result, "cannot write %s: directory %s does not exist" % (path, directory))
     try:
         old = _read(path)
-    except (IOError, OSError, UnicodeDecodeError) as e:
+    except (safe_io.UnsafeInput, IOError, OSError, UnicodeDecodeError) as e:
         _fail(module, result, "cannot read %s: %s" % (path, to_native(e)))
     if manager == "apt":
         new = driver_pins.render_apt_preferences(plan, packages)
@@ -567,8 +574,9 @@ def main():
     module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
     p = module.params
     try:
-        result, entries, ev, node = driver_guard_evaluate(p, module.run_command,
-                                                          module.get_bin_path, module.warn)
+        result, entries, ev, node = driver_guard_evaluate(
+            p, bounded_runner(environ_update=DRIVER_GUARD_ENVIRON), module.get_bin_path,
+            module.warn)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
 

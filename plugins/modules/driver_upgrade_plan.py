@@ -106,6 +106,14 @@ options:
         read from C(/proc/locks).
     type: path
     default: /proc
+  command_timeout:
+    description:
+      - Seconds each package command (C(dpkg-query), C(rpm), C(apt-cache madison), C(dpkg), C(dnf)) may run.
+        A command that does not finish in time is killed, with anything it started, and the task fails
+        saying which command timed out.
+      - A finite number greater than 0 and at most 86400.
+    type: float
+    default: 300
 notes:
   - The apt package lists are read as they are; refresh them first (the role does, with
     C(ansible.builtin.apt) O(ansible.builtin.apt#module:update_cache=true)).
@@ -256,17 +264,22 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_upgrade as du
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import list_packages
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
+    bounded_runner,
+    list_packages,
+)
 from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
     parse_nvidia_version,
     proc_file,
     read_text,
+    read_text_reason,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
 
 
-def _run(module, args, what, ok=(0,)):
-    rc, out, err = module.run_command(args)
+def _run(module, run, args, what, ok=(0,)):
+    rc, out, err = run(args)
     if rc not in ok:
         module.fail_json(msg="%s failed (rc=%s): %s" % (what, rc, (err or out or "").strip()[:1000]),
                          command=args)
@@ -274,11 +287,8 @@ def _run(module, args, what, ok=(0,)):
 
 
 def _cmdline(proc_path, pid):
-    try:
-        with open(os.path.join(proc_path, str(pid), "cmdline"), "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip() or None
-    except (IOError, OSError):
-        return None
+    text = read_text(os.path.join(proc_path, str(pid), "cmdline"), limit=65536)
+    return (text or "").replace("\0", " ").strip() or None
 
 
 def lock_report(proc_path="/proc"):
@@ -326,17 +336,28 @@ def main():
             dnf_flavor=dict(type="str", default="auto", choices=["auto", "dkms", "open"]),
             dnf_versionlock_path=dict(type="path", default="/etc/dnf/plugins/versionlock.list"),
             proc_path=dict(type="path", default="/proc"),
+            command_timeout=dict(type="float", default=300.0),
         ),
         supports_check_mode=True,
     )
     module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
     p = module.params
     result = dict(changed=False, locks=[], kernel_module_version=None)
-    result["kernel_module_version"] = parse_nvidia_version(
-        read_text(proc_file(p["proc_path"], "driver", "nvidia", "version")))
+    try:
+        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
+                                                   minimum=0.001),
+                             environ_update=module.run_command_environ_update)
+        safe_io.check_package_name(p["dnf_module"], "dnf_module")
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg=str(e), **result)
+    version_path = proc_file(p["proc_path"], "driver", "nvidia", "version")
+    text, reason = read_text_reason(version_path)
+    if reason:
+        module.warn("cannot read %s: %s; kernel module version unknown" % (version_path, reason))
+    result["kernel_module_version"] = parse_nvidia_version(text)
     result["locks"] = lock_report()
 
-    info = list_packages(module.run_command, module.get_bin_path, "/")
+    info = list_packages(run, module.get_bin_path, "/")
     if info["error"]:
         module.fail_json(msg="cannot list the installed NVIDIA packages: %s" % info["error"], **result)
     manager = p["package_manager"]
@@ -367,9 +388,11 @@ def main():
         target_branch = DriverVersion(du.target_upstream(target)).branch
         if manager == "apt":
             names = _candidate_names_apt(packages, target_branch)
-            out = _run(module, [module.get_bin_path("apt-cache", required=True), "madison"] + names,
+            out = _run(module, run,
+                       [module.get_bin_path("apt-cache", required=True), "madison"] + names,
                        "apt-cache madison")
-            arch = _run(module, [module.get_bin_path("dpkg", required=True), "--print-architecture"],
+            arch = _run(module, run,
+                        [module.get_bin_path("dpkg", required=True), "--print-architecture"],
                         "dpkg --print-architecture").strip()
             plan = du.plan_apt(packages, target, du.parse_apt_cache_madison(out),
                                allow_branch_change=p["allow_branch_change"],
@@ -377,14 +400,18 @@ def main():
                                native_arch=arch)
         else:
             dnf = module.get_bin_path("dnf", required=True)
-            streams = _run(module, [dnf, "-q", "module", "list", "--enabled", p["dnf_module"]],
+            streams = _run(module, run, [dnf, "-q", "module", "list", "--enabled", p["dnf_module"]],
                            "dnf module list", ok=(0, 1))
             names = sorted(set([x["name"] for x in packages if du.RPM_DRIVER_NAME.match(x["name"])]
                                + [du.RPM_COMPUTE_UTILS, "nvidia-driver"]))
-            out = _run(module, [dnf, "-q", "repoquery", "--disable-modular-filtering", "--showduplicates",
+            out = _run(module, run, [dnf, "-q", "repoquery", "--disable-modular-filtering", "--showduplicates",
                                 "--qf", "%{name} %{epoch}:%{version}-%{release} %{arch}"] + names,
                        "dnf repoquery")
-            locks = du.parse_versionlock_list(read_text(p["dnf_versionlock_path"]))
+            lock_text, reason = read_text_reason(p["dnf_versionlock_path"])
+            if reason:
+                raise du.PlanError("cannot read dnf_versionlock_path %s: %s"
+                                   % (p["dnf_versionlock_path"], reason))
+            locks = du.parse_versionlock_list(lock_text)
             plan = du.plan_dnf(packages, target, du.parse_dnf_repoquery(out),
                                stream=du.parse_dnf_module_list(streams, p["dnf_module"]), locks=locks,
                                allow_branch_change=p["allow_branch_change"],

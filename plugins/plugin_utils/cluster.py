@@ -31,14 +31,71 @@ def parse_time(value):
     return dt
 
 
+def _d(value):
+    """``value`` when it is a mapping, else {} (malformed API objects never raise)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value):
+    """``value`` when it is a list, else []."""
+    return value if isinstance(value, list) else []
+
+
+def _s(value):
+    """``value`` when it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
 def _meta(obj, key, default=None):
-    return (obj.get("metadata") or {}).get(key, default)
+    return _d(_d(obj).get("metadata")).get(key, default)
+
+
+def shape_problems(obj, kind):
+    """What is malformed in an API object, as short texts (empty when it is well-formed enough).
+
+    Kubernetes never sends these; a proxy, a broken aggregated API or a hand-written
+    ``nodes``/``pods`` option can. Each problem names the field and what it holds instead.
+    """
+    problems = []
+    if not isinstance(obj, dict):
+        return ["%s is a %s, not an object" % (kind, type(obj).__name__)]
+
+    def want(parent, path, types, label):
+        value = parent.get(path[-1]) if isinstance(parent, dict) else None
+        if value is not None and not isinstance(value, types):
+            problems.append("%s is a %s, expected %s" % (".".join(path), type(value).__name__, label))
+            return {}
+        return value
+
+    meta = want(obj, ["metadata"], dict, "an object")
+    if meta is None:
+        problems.append("metadata is missing or null")
+    elif meta:
+        for key in ("name", "namespace", "uid"):
+            want(meta, ["metadata", key], str, "a string")
+        want(meta, ["metadata", "labels"], dict, "an object")
+        want(meta, ["metadata", "ownerReferences"], list, "a list")
+    spec = want(obj, ["spec"], dict, "an object") or {}
+    status = want(obj, ["status"], dict, "an object") or {}
+    if kind == "node":
+        want(status, ["status", "conditions"], list, "a list")
+        want(status, ["status", "allocatable"], dict, "an object")
+        want(status, ["status", "nodeInfo"], dict, "an object")
+        for i, c in enumerate(_l(status.get("conditions"))):
+            if not isinstance(c, dict):
+                problems.append("status.conditions[%d] is a %s, expected an object" % (i, type(c).__name__))
+    elif kind == "pod":
+        want(spec, ["spec", "nodeName"], str, "a string")
+        want(spec, ["spec", "containers"], list, "a list")
+        want(status, ["status", "phase"], str, "a string")
+        want(status, ["status", "conditions"], list, "a list")
+    return problems
 
 
 def node_conditions(node):
     out = {}
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type"):
+    for c in _l(_d(_d(node).get("status")).get("conditions")):
+        if isinstance(c, dict) and _s(c.get("type")):
             out[c["type"]] = {"status": c.get("status"), "reason": c.get("reason"),
                               "lastTransitionTime": c.get("lastTransitionTime")}
     return out
@@ -49,29 +106,33 @@ def node_ready(node):
     return None if cond is None else cond.get("status") == "True"
 
 
+def _containers(spec):
+    return [c for c in _l(_d(spec).get("containers")) if isinstance(c, dict)]
+
+
 def is_device_plugin_pod(pod, image_pattern):
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in _containers(_d(pod).get("spec")):
         if image_pattern in str(c.get("image") or ""):
             return True
     return False
 
 
 def _container_env(container, name):
-    for e in container.get("env") or []:
+    for e in _l(container.get("env")):
         if isinstance(e, dict) and e.get("name") == name:
             return e.get("value")
     return None
 
 
 def _plugin_container(spec, image_pattern):
-    for c in (spec or {}).get("containers") or []:
+    for c in _containers(spec):
         if image_pattern in str(c.get("image") or ""):
             return c
     return None
 
 
 def _args_pass_specs(container):
-    for arg in (container.get("args") or []) + (container.get("command") or []):
+    for arg in _l(container.get("args")) + _l(container.get("command")):
         if str(arg) in ("--pass-device-specs", "--pass-device-specs=true"):
             return "true"
     return None
@@ -88,16 +149,16 @@ def device_plugin_summary(pod_or_template_spec, image_pattern, owner=None):
 
 
 def pod_owner(pod, kind="DaemonSet"):
-    for ref in _meta(pod, "ownerReferences", []) or []:
-        if ref.get("kind") == kind:
+    for ref in _l(_meta(pod, "ownerReferences", [])):
+        if isinstance(ref, dict) and ref.get("kind") == kind:
             return ref.get("name")
     return None
 
 
 def pending_since(pod):
     """When the pod became Pending on its node: PodScheduled transition, else creation."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "True":
+    for c in _l(_d(_d(pod).get("status")).get("conditions")):
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True":
             t = parse_time(c.get("lastTransitionTime"))
             if t:
                 return t
@@ -105,20 +166,40 @@ def pending_since(pod):
 
 
 def event_component(ev):
-    src = ev.get("source") or {}
-    return ev.get("reportingComponent") or ev.get("reportingController") or src.get("component")
+    ev = _d(ev)
+    src = _d(ev.get("source"))
+    for value in (ev.get("reportingComponent"), ev.get("reportingController"), src.get("component")):
+        if _s(value):
+            return value
+    return None
 
 
 def kubelet_event_uids(events):
     """UIDs of pods that have at least one event reported by a kubelet."""
     out = set()
-    for ev in events or []:
+    for ev in _l(events):
         comp = event_component(ev) or ""
         if comp == "kubelet" or comp.endswith("/kubelet"):
-            obj = ev.get("involvedObject") or ev.get("regarding") or {}
-            if obj.get("kind") == "Pod" and obj.get("uid"):
+            obj = _d(ev.get("involvedObject")) or _d(ev.get("regarding"))
+            if obj.get("kind") == "Pod" and _s(obj.get("uid")):
                 out.add(obj["uid"])
     return out
+
+
+def _seconds_between(since, now):
+    if since is None:
+        return None
+    try:
+        return int((now - since).total_seconds())
+    except (OverflowError, ValueError):  # a year-1 timestamp with an offset
+        return None
+
+
+def _label(obj, kind, index):
+    name, ns = _s(_meta(obj, "name")), _s(_meta(obj, "namespace"))
+    if name:
+        return "%s %s" % (kind, "%s/%s" % (ns, name) if ns else name)
+    return "%s #%d" % (kind, index)
 
 
 def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
@@ -129,64 +210,89 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     ``allocatable`` (nvidia.com/*), ``pods`` (uid, namespace, name, phase),
     ``pending_pods`` (bound to the node and Pending: namespace, name, uid,
     ``pending_seconds``, ``kubelet_events``), ``device_plugin`` (image and PASS_DEVICE_SPECS of
-    the plugin pod actually running there, else of its DaemonSet template).
+    the plugin pod actually running there, else of its DaemonSet template), ``malformed``
+    (what was wrong with the Node object or the pods bound to it: fields of the wrong type
+    or missing; the rest of the view is built from what could be read).
+
+    Malformed objects never raise: ``malformed`` at the top level lists those that could not
+    be attached to a node (a Node without a name, a pod whose node is unknown because its
+    ``spec.nodeName`` is not a string, a DaemonSet or event that is not an object).
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
+    image_pattern = image_pattern if isinstance(image_pattern, str) else "k8s-device-plugin"
     kubelet_seen = kubelet_event_uids(events)
+    malformed = []
     ds_by_name = {}
     ds_summaries = []
-    for ds in daemonsets or []:
-        spec = ((ds.get("spec") or {}).get("template") or {}).get("spec")
-        summary = device_plugin_summary(spec, image_pattern, owner=_meta(ds, "name"))
+    for i, ds in enumerate(_l(daemonsets)):
+        problems = shape_problems(ds, "daemonset")
+        if problems:
+            malformed.append("%s: %s" % (_label(ds, "daemonset", i), "; ".join(problems)))
+        spec = _d(_d(_d(ds).get("spec")).get("template")).get("spec")
+        summary = device_plugin_summary(spec, image_pattern, owner=_s(_meta(ds, "name")))
         if summary is None:
             continue
-        summary.update({"name": _meta(ds, "name"), "namespace": _meta(ds, "namespace")})
-        ds_by_name[(_meta(ds, "namespace"), _meta(ds, "name"))] = summary
+        summary.update({"name": _s(_meta(ds, "name")), "namespace": _s(_meta(ds, "namespace"))})
+        ds_by_name[(summary["namespace"], summary["name"])] = summary
         ds_summaries.append(summary)
+    for i, ev in enumerate(_l(events)):
+        if not isinstance(ev, dict):
+            malformed.append("event #%d is a %s, not an object" % (i, type(ev).__name__))
 
     view = {}
-    for n in nodes or []:
-        name = _meta(n, "name")
+    for i, n in enumerate(_l(nodes)):
+        problems = shape_problems(n, "node")
+        name = _s(_meta(n, "name"))
         if not name:
+            malformed.append("%s: %s" % (_label(n, "node", i), "; ".join(
+                problems or ["metadata.name is missing"])))
             continue
-        status = n.get("status") or {}
-        alloc = dict((k, v) for k, v in (status.get("allocatable") or {}).items() if k.startswith("nvidia.com/"))
+        status = _d(n.get("status"))
+        alloc = dict((k, v) for k, v in _d(status.get("allocatable")).items()
+                     if isinstance(k, str) and k.startswith("nvidia.com/"))
+        boot_id = _d(status.get("nodeInfo")).get("bootID")
         view[name] = {
             "exists": True,
             "ready": node_ready(n),
-            "unschedulable": bool((n.get("spec") or {}).get("unschedulable")),
+            "unschedulable": _d(n.get("spec")).get("unschedulable") is True,
             "conditions": node_conditions(n),
-            "boot_id": (status.get("nodeInfo") or {}).get("bootID"),
+            "boot_id": boot_id if isinstance(boot_id, str) else None,
             "allocatable": alloc,
-            "labels": _meta(n, "labels", {}) or {},
+            "labels": _d(_meta(n, "labels", {})),
             "pods": [],
             "pending_pods": [],
             "device_plugin": None,
+            "malformed": ["Node: %s" % p for p in problems],
         }
 
-    for p in pods or []:
-        node = (p.get("spec") or {}).get("nodeName")
-        if not node or node not in view:
+    for i, p in enumerate(_l(pods)):
+        problems = shape_problems(p, "pod")
+        node = _d(_d(p).get("spec")).get("nodeName")
+        if not isinstance(node, str) or node not in view:
+            if problems:
+                malformed.append("%s: %s" % (_label(p, "pod", i), "; ".join(problems)))
             continue
         entry = view[node]
-        phase = (p.get("status") or {}).get("phase")
-        uid = _meta(p, "uid")
-        entry["pods"].append({"uid": uid, "namespace": _meta(p, "namespace"), "name": _meta(p, "name"),
-                              "phase": phase})
+        if problems:
+            entry["malformed"].append("%s: %s" % (_label(p, "pod", i), "; ".join(problems)))
+        phase = _s(_d(p.get("status")).get("phase"))
+        uid = _s(_meta(p, "uid"))
+        ns, pname = _s(_meta(p, "namespace")), _s(_meta(p, "name"))
+        entry["pods"].append({"uid": uid, "namespace": ns, "name": pname, "phase": phase})
         if is_device_plugin_pod(p, image_pattern):
             owner = pod_owner(p)
             summary = device_plugin_summary(p.get("spec"), image_pattern, owner=owner)
-            summary["pod"] = "%s/%s" % (_meta(p, "namespace"), _meta(p, "name"))
+            summary["pod"] = "%s/%s" % (ns, pname)
             summary["phase"] = phase
             entry["device_plugin"] = summary
         if phase == "Pending" and not _meta(p, "deletionTimestamp"):
             since = pending_since(p)
             entry["pending_pods"].append({
-                "namespace": _meta(p, "namespace"), "name": _meta(p, "name"), "uid": uid,
-                "pending_seconds": int((now - since).total_seconds()) if since else None,
+                "namespace": ns, "name": pname, "uid": uid,
+                "pending_seconds": _seconds_between(since, now),
                 "kubelet_events": uid in kubelet_seen,
             })
     for entry in view.values():
         entry["pods"].sort(key=lambda x: (x["namespace"] or "", x["name"] or ""))
         entry["pending_pods"].sort(key=lambda x: (x["namespace"] or "", x["name"] or ""))
-    return {"nodes": view, "device_plugin_daemonsets": ds_summaries}
+    return {"nodes": view, "device_plugin_daemonsets": ds_summaries, "malformed": malformed}

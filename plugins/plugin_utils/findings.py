@@ -65,6 +65,23 @@ def _g(d, *path, **kw):
     return cur
 
 
+def _d(value):
+    """``value`` when it is a mapping, else {}: a malformed node result never raises."""
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value):
+    """The dict items of ``value`` when it is a list, else []."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _num(value, default=0):
+    """A number from a result field (bool and text are not numbers), else ``default``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return default
+    return value
+
+
 def _truthy_env(value):
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
@@ -85,17 +102,18 @@ def plugin_version(image):
 
 
 def rule_driver(ctx):
-    dg = ctx.get("driver_guard") or {}
+    dg = _d(ctx.get("driver_guard"))
     out = []
     verdict = dg.get("verdict")
     if verdict in ("known_bad", "at_risk"):
         fid = "driver.known_bad" if verdict == "known_bad" else "driver.at_risk"
         rec = dg.get("recommended_version")
         rec_version = rec.get("version") if isinstance(rec, dict) else rec
-        matches = dg.get("matches") or []
+        matches = _l(dg.get("matches"))
         refs = []
         for m in matches:
-            refs.extend(m.get("references") or [])
+            refs.extend(r for r in (m.get("references") if isinstance(m.get("references"), list) else [])
+                        if isinstance(r, str))
         out.append(finding(fid, {
             "driver_version": dg.get("driver_version") or _g(ctx, "nvidia", "driver_version"),
             "branch": dg.get("branch"),
@@ -116,7 +134,7 @@ def rule_driver(ctx):
             "nvml_error": _g(ctx, "nvidia", "probe", "error"),
         }, remediation={"summary": "reboot the node through the rolling rollout",
                         "role": "kubegpu.fleet.rolling_reboot", "vars": {"kubegpu_reboot": "needed"}}))
-    cu = dg.get("compute_utils") or {}
+    cu = _d(dg.get("compute_utils"))
     if cu.get("checked") and (not cu.get("installed") or cu.get("matches_driver") is False):
         out.append(finding("driver.compute_utils", {
             "package": cu.get("package"), "installed": cu.get("installed"),
@@ -131,8 +149,8 @@ def rule_driver(ctx):
 
 
 def rule_nvml(ctx):
-    nv = ctx.get("nvidia") or {}
-    probe = nv.get("probe") or {}
+    nv = _d(ctx.get("nvidia"))
+    probe = _d(nv.get("probe"))
     status = probe.get("status")
     if status == "hung":
         return [finding("nvml.hung", {"backend": probe.get("backend"), "elapsed": probe.get("elapsed"),
@@ -143,7 +161,7 @@ def rule_nvml(ctx):
                                      "role": "kubegpu.fleet.driver"}, references=REF_R570)]
     if status == "error":
         err = probe.get("error") or ""
-        if "RM_VERSION_MISMATCH" in str(err) and (ctx.get("driver_guard") or {}).get("reboot_pending"):
+        if "RM_VERSION_MISMATCH" in str(err) and _d(ctx.get("driver_guard")).get("reboot_pending"):
             return []  # reported once, as driver.version_mismatch
         return [finding("nvml.error", {"error": err, "backend": probe.get("backend")},
                         remediation={"summary": "inspect the driver on the node; reboot if the kernel module "
@@ -152,16 +170,16 @@ def rule_nvml(ctx):
 
 
 def rule_admission(ctx, pending_threshold_s):
-    api = ctx.get("api") or {}
-    stuck = [p for p in api.get("pending_pods") or []
-             if (p.get("pending_seconds") or 0) >= pending_threshold_s and not p.get("kubelet_events")]
-    log_hits = [u for u in _g(ctx, "kubelet", "allocation_log", "unanswered", default=[]) or []
-                if u.get("age_seconds") is None or u["age_seconds"] >= pending_threshold_s]
+    api = _d(ctx.get("api"))
+    stuck = [p for p in _l(api.get("pending_pods"))
+             if _num(p.get("pending_seconds")) >= pending_threshold_s and not p.get("kubelet_events")]
+    log_hits = [u for u in _l(_g(ctx, "kubelet", "allocation_log", "unanswered", default=[]))
+                if u.get("age_seconds") is None or _num(u["age_seconds"]) >= pending_threshold_s]
     if not stuck and not log_hits:
         return []
     return [finding("kubelet.admission_blocked", {
         "pending_pods": ["%s/%s" % (p.get("namespace"), p.get("name")) for p in stuck],
-        "oldest_pending_seconds": max([p.get("pending_seconds") or 0 for p in stuck] or [0]),
+        "oldest_pending_seconds": max([_num(p.get("pending_seconds")) for p in stuck] or [0]),
         "threshold_seconds": pending_threshold_s,
         "kubelet_log_unanswered_allocations": log_hits,
     }, remediation={"summary": "fix the hung device plugin (known-bad driver upgrade), then restart kubelet",
@@ -170,8 +188,8 @@ def rule_admission(ctx, pending_threshold_s):
 
 
 def rule_cpumanager(ctx):
-    kl = ctx.get("kubelet") or {}
-    dp = _g(ctx, "api", "device_plugin") or {}
+    kl = _d(ctx.get("kubelet"))
+    dp = _d(_g(ctx, "api", "device_plugin"))
     out = []
     if kl.get("cpu_manager_policy") == "static" and dp:
         version = plugin_version(dp.get("image"))
@@ -188,9 +206,9 @@ def rule_cpumanager(ctx):
                             "role": "kubegpu.fleet.device_plugin",
                             "vars": {"kubegpu_device_plugin_pass_device_specs": True}},
                 references=REF_CPUMGR))
-    nv = ctx.get("nvidia") or {}
+    nv = _d(ctx.get("nvidia"))
     if kl.get("cgroup_driver") == "systemd" and nv.get("present"):
-        missing = [n.get("path") for n in nv.get("device_nodes") or []
+        missing = [n.get("path") for n in _l(nv.get("device_nodes"))
                    if n.get("exists") and n.get("dev_char_link") is not None and not n.get("dev_char_link")]
         if missing:
             out.append(finding("devchar.symlinks_missing", {"cgroup_driver": "systemd", "devices": missing},
@@ -202,11 +220,11 @@ def rule_cpumanager(ctx):
 
 
 def rule_uvm(ctx):
-    nv = ctx.get("nvidia") or {}
+    nv = _d(ctx.get("nvidia"))
     if not nv.get("present"):
         return []
-    nodes = dict((n.get("name"), n) for n in nv.get("device_nodes") or [] if isinstance(n, dict))
-    uvm = nodes.get("nvidia-uvm") or {}
+    nodes = dict((n.get("name"), n) for n in _l(nv.get("device_nodes")) if isinstance(n.get("name"), str))
+    uvm = _d(nodes.get("nvidia-uvm"))
     loaded = _g(nv, "kernel_modules", "nvidia_uvm")
     if isinstance(loaded, dict):
         loaded = loaded.get("loaded")
@@ -220,15 +238,16 @@ def rule_uvm(ctx):
 
 
 def rule_cgroups(ctx):
-    cg = ctx.get("cgroups") or {}
-    pods = dict((p.get("uid"), p) for p in _g(ctx, "api", "pods", default=[]) or [] if isinstance(p, dict))
+    cg = _d(ctx.get("cgroups"))
+    pods = dict((p.get("uid"), p) for p in _l(_g(ctx, "api", "pods", default=[]))
+                if isinstance(p.get("uid"), str))
     broken, tools = [], []
-    for c in cg.get("containers") or []:
+    for c in _l(cg.get("containers")):
         if not c.get("gpu"):
             continue
-        pod = pods.get(c.get("pod_uid")) or {}
+        pod = pods.get(c.get("pod_uid")) if isinstance(c.get("pod_uid"), str) else None
         label = "%s/%s" % (pod.get("namespace"), pod.get("name")) if pod else c.get("pod_uid")
-        missing = c.get("missing") or []
+        missing = _l(c.get("missing"))
         required_missing = [m.get("name") for m in missing if m.get("required")]
         if required_missing:
             broken.append({"pod": label, "container_id": c.get("container_id"), "missing": required_missing})
@@ -253,7 +272,7 @@ def rule_cgroups(ctx):
 
 
 def rule_checkpoint(ctx):
-    ck = ctx.get("checkpoint") or {}
+    ck = _d(ctx.get("checkpoint"))
     if not ck.get("stale"):
         return []
     return [finding("checkpoint.stale", {"path": ck.get("path"), "stale_ids": ck.get("stale_ids"),
@@ -264,13 +283,13 @@ def rule_checkpoint(ctx):
 
 
 def rule_memory(ctx, min_fraction):
-    kl = ctx.get("kubelet") or {}
-    mem = kl.get("memory") or {}
+    kl = _d(ctx.get("kubelet"))
+    mem = _d(kl.get("memory"))
     if not kl or not mem or kl.get("config_error"):
         return []  # nothing trustworthy to compare (no kubelet config read)
     out = []
-    reserved = mem.get("reserved_total_bytes") or 0
-    recommended = mem.get("recommended_reserved_bytes")
+    reserved = _num(mem.get("reserved_total_bytes"))
+    recommended = _num(mem.get("recommended_reserved_bytes"), None)
     if recommended and reserved < recommended * min_fraction:
         out.append(finding("kubelet.memory_reservation", {
             "node_memory_bytes": kl.get("node_memory_bytes"), "reserved_bytes": reserved,
@@ -285,7 +304,7 @@ def rule_memory(ctx, min_fraction):
 
 
 def rule_api_node(ctx):
-    api = ctx.get("api") or {}
+    api = _d(ctx.get("api"))
     if api.get("ready") is False:
         return [finding("node.not_ready", {"conditions": api.get("conditions")},
                         remediation={"summary": "investigate kubelet on the node"})]
@@ -294,7 +313,7 @@ def rule_api_node(ctx):
 
 def rule_module_failures(ctx):
     out = []
-    for name, err in sorted((ctx.get("errors") or {}).items()):
+    for name, err in sorted(_d(ctx.get("errors")).items(), key=lambda kv: str(kv[0])):
         out.append(finding("audit.module_failed", {"probe": name, "error": err},
                            title="Audit probe %s could not run" % name))
     return out
@@ -303,24 +322,29 @@ def rule_module_failures(ctx):
 def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()):
     """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
     cgroups, api, errors (probe name -> message)."""
+    ctx = _d(ctx)
     out = []
-    out += rule_driver(ctx)
-    out += rule_nvml(ctx)
-    out += rule_admission(ctx, pending_threshold_s)
-    out += rule_cpumanager(ctx)
-    out += rule_uvm(ctx)
-    out += rule_cgroups(ctx)
-    out += rule_checkpoint(ctx)
-    out += rule_memory(ctx, memory_min_fraction)
-    out += rule_api_node(ctx)
-    out += rule_module_failures(ctx)
+    rules = (("driver", rule_driver, ()), ("nvml", rule_nvml, ()),
+             ("admission", rule_admission, (pending_threshold_s,)), ("cpumanager", rule_cpumanager, ()),
+             ("uvm", rule_uvm, ()), ("cgroups", rule_cgroups, ()), ("checkpoint", rule_checkpoint, ()),
+             ("memory", rule_memory, (memory_min_fraction,)), ("api_node", rule_api_node, ()),
+             ("module_failures", rule_module_failures, ()))
+    for name, rule, args in rules:
+        try:
+            out += rule(ctx, *args)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:
+            # A node result of an unexpected shape: reported, and the other rules still run.
+            out.append(finding("audit.module_failed", {
+                "probe": "evaluate:%s" % name,
+                "error": "malformed input for rule %s: %s: %s" % (name, type(e).__name__, e)},
+                title="Audit rule %s could not read this node's facts" % name))
     return [f for f in out if f["id"] not in skip]
 
 
 def evaluate_cluster(daemonsets):
     """Cluster-wide findings from the device plugin DaemonSets (list of summaries)."""
     out = []
-    for ds in daemonsets or []:
+    for ds in _l(daemonsets):
         v = plugin_version(ds.get("image"))
         if v is not None and v < MIN_PLUGIN_FOR_DEVICE_SPECS:
             f = finding("cluster.device_plugin_outdated", {"daemonset": ds.get("name"), "namespace": ds.get("namespace"),

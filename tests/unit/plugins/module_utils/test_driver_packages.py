@@ -210,7 +210,8 @@ def test_gather_node_without_gpu_facts_reports_why(tmp_path):
     node, pkg_info, detection = dn.gather_node(params, run_command, lambda b: None, None,
                                                "cannot import gpu")
     assert pkg_info["manager"] is None
-    assert detection == {"gpu_facts": "unavailable", "probe": None, "error": "cannot import gpu"}
+    assert detection == {"gpu_facts": "unavailable", "probe": None, "error": "cannot import gpu",
+                         "warnings": []}
     assert node["mig_mixed"] is None and node["driver_version"] is None
 
 
