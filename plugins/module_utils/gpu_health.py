@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ctypes
 import re
 import xml.etree.ElementTree as ET
 
@@ -230,6 +231,18 @@ def _call(pynvml, record, name, fn, *args):
         return None, False
 
 
+def _sram_status(pynvml, errors, handle):
+    """nvmlDeviceGetSramEccErrorStatus (R570+ NVML, Hopper and later) or None."""
+    struct = getattr(pynvml, "c_nvmlEccSramErrorStatus_v1_t", None)
+    fn = getattr(pynvml, "nvmlDeviceGetSramEccErrorStatus", None)
+    if struct is None or fn is None:
+        errors["sram_ecc_status"] = "not supported"
+        return None
+    status = struct()
+    _value, ok = _call(pynvml, errors, "sram_ecc_status", fn, handle, ctypes.byref(status))
+    return status if ok else None
+
+
 def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
     """Health of one GPU through NVML; the shape of one :func:`parse_health_xml` GPU entry.
 
@@ -256,13 +269,23 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
                  "double_bit": len(dbe) if ok_dbe else None,
                  "pending": bool(pend) if ok_pend else None}
 
+    sram = _sram_status(pynvml, errors, handle)
     ecc = {}
     for key, counter in (("volatile", _VOLATILE), ("aggregate", _AGGREGATE)):
         total, ok = _call(pynvml, errors, "ecc_uncorrectable_" + key,
                           pynvml.nvmlDeviceGetTotalEccErrors, handle, _UNCORRECTED, counter)
-        ecc[key] = {"dram_uncorrectable": None, "sram_uncorrectable": None,
-                    "uncorrectable": int(total) if ok else None, "correctable": None,
-                    "sram_threshold_exceeded": None, "layout": "nvml"}
+        total = int(total) if ok else None
+        sram_unc = None
+        if sram is not None:
+            sram_unc = (int(getattr(sram, key + "UncParity")) + int(getattr(sram, key + "UncSecDed")))
+        ecc[key] = {
+            # The total covers every location; DRAM is what SRAM does not account for.
+            "dram_uncorrectable": max(total - sram_unc, 0) if total is not None and sram_unc is not None else None,
+            "sram_uncorrectable": sram_unc,
+            "uncorrectable": total, "correctable": None,
+            "sram_threshold_exceeded": (bool(sram.bThresholdExceeded)
+                                        if sram is not None and key == "aggregate" else None),
+            "layout": "nvml"}
 
     nvlink = None
     for link in range(max_links):

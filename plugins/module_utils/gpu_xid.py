@@ -306,8 +306,8 @@ def read_kernel_log(timeout=10.0, limit=MAX_BYTES, journalctl="journalctl", kmsg
                     dmesg="dmesg", max_lines=MAX_LINES):
     """Kernel log text since boot: ``(data, source, attempts)``.
 
-    Tries ``journalctl -k -b`` (newest ``max_lines`` records, ``short-monotonic``), then a
-    non-blocking read of ``/dev/kmsg`` (the ring buffer; character device), then ``dmesg``.
+    Tries ``journalctl -k -b`` (newest ``max_lines`` records, ``short-monotonic``; an empty
+    answer counts as a failure), then a non-blocking read of ``/dev/kmsg`` (the ring buffer; character device), then ``dmesg``.
     Each source is bounded by ``timeout`` seconds (commands are killed with their descendants)
     and ``limit`` bytes; ``attempts`` lists ``{"source", "error"}`` for the sources that failed.
     ``data`` is None when none worked. Any of the three can be set to None to skip it.
@@ -318,8 +318,12 @@ def read_kernel_log(timeout=10.0, limit=MAX_BYTES, journalctl="journalctl", kmsg
         argv = [journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic",
                 "-n", str(int(max_lines))]
         err = _try_command(argv, timeout, limit)
-        if isinstance(err, bytes):
+        if isinstance(err, bytes) and err.strip():
             return err, "journal", attempts
+        if isinstance(err, bytes):
+            # A booted kernel always logs something: an empty answer means journald does not
+            # collect kernel messages here (a container, ReadKMsg=no), not a quiet kernel.
+            err = "the journal holds no kernel messages for this boot"
         attempts.append({"source": "journal", "error": err})
     if kmsg:
         try:

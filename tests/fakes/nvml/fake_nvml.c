@@ -86,6 +86,8 @@ struct nvmlDevice_st {
     unsigned remap_corr, remap_unc, remap_pending, remap_failure;
     unsigned retired_sbe, retired_dbe, retired_pending;
     unsigned long long ecc_unc_volatile, ecc_unc_aggregate, ecc_cor_volatile, ecc_cor_aggregate;
+    unsigned long long sram_vol_parity, sram_vol_secded, sram_agg_parity, sram_agg_secded;
+    unsigned sram_threshold;
     unsigned nvlinks;                     /* number of NVLinks (0: NOT_SUPPORTED) */
     unsigned nvlink_active[FAKE_MAX_NVLINKS];
     unsigned long long nvlink_err[FAKE_MAX_NVLINKS][FAKE_NVLINK_COUNTERS];
@@ -508,8 +510,10 @@ static int load_mig(struct nvmlDevice_st *gpu, struct nvmlDevice_st *m, unsigned
 
 /* "health": {"remapped_rows": {"correctable", "uncorrectable", "pending", "failure"},
  *            "retired_pages": {"multiple_single_bit", "double_bit", "pending"},
- *            "ecc": {"volatile_uncorrectable", "aggregate_uncorrectable",
- *                    "volatile_correctable", "aggregate_correctable"},
+ *            "ecc": {"volatile_uncorrectable", "aggregate_uncorrectable",   (DRAM)
+ *                    "volatile_correctable", "aggregate_correctable",
+ *                    "sram": {"volatile_parity", "volatile_secded", "aggregate_parity",
+ *                             "aggregate_secded", "threshold_exceeded"}},
  *            "nvlinks": N | [{"active": bool, "replay": n, "recovery": n, "crc_flit": n,
  *                             "crc_data": n, "ecc_data": n}, ...],
  *            "supported": bool}
@@ -540,6 +544,14 @@ static int load_health(struct nvmlDevice_st *d, const fj_value *h)
     d->ecc_cor_volatile = (unsigned long long)fj_get_int(ecc, "volatile_correctable", 0);
     d->ecc_cor_aggregate = (unsigned long long)fj_get_int(ecc, "aggregate_correctable",
                                                           (long long)d->ecc_cor_volatile);
+    {
+        const fj_value *sram = fj_get(ecc, "sram");
+        d->sram_vol_parity = (unsigned long long)fj_get_int(sram, "volatile_parity", 0);
+        d->sram_vol_secded = (unsigned long long)fj_get_int(sram, "volatile_secded", 0);
+        d->sram_agg_parity = (unsigned long long)fj_get_int(sram, "aggregate_parity", (long long)d->sram_vol_parity);
+        d->sram_agg_secded = (unsigned long long)fj_get_int(sram, "aggregate_secded", (long long)d->sram_vol_secded);
+        d->sram_threshold = (unsigned)fj_get_bool(sram, "threshold_exceeded", 0);
+    }
     if (d->retired_sbe > 64 || d->retired_dbe > 64) {
         fprintf(stderr, "fake-nvml: at most 64 retired pages per cause\n");
         return -1;
@@ -1360,10 +1372,31 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType,
     if (!eccCounts || (errorType != NVML_MEMORY_ERROR_TYPE_CORRECTED && errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED) ||
         (counterType != NVML_VOLATILE_ECC && counterType != NVML_AGGREGATE_ECC))
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    /* The total covers every memory location: DRAM plus SRAM. */
     if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
-        *eccCounts = counterType == NVML_VOLATILE_ECC ? device->ecc_unc_volatile : device->ecc_unc_aggregate;
+        *eccCounts = counterType == NVML_VOLATILE_ECC
+                         ? device->ecc_unc_volatile + device->sram_vol_parity + device->sram_vol_secded
+                         : device->ecc_unc_aggregate + device->sram_agg_parity + device->sram_agg_secded;
     else
         *eccCounts = counterType == NVML_VOLATILE_ECC ? device->ecc_cor_volatile : device->ecc_cor_aggregate;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    int rc = health_enter("nvmlDeviceGetSramEccErrorStatus", device);
+    if (rc)
+        return rc;
+    if (!status)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    memset((char *)status + sizeof(status->version), 0, sizeof(*status) - sizeof(status->version));
+    status->volatileUncParity = device->sram_vol_parity;
+    status->volatileUncSecDed = device->sram_vol_secded;
+    status->aggregateUncParity = device->sram_agg_parity;
+    status->aggregateUncSecDed = device->sram_agg_secded;
+    status->bThresholdExceeded = device->sram_threshold;
     RETURN(NVML_SUCCESS);
 }
 

@@ -48,6 +48,7 @@ NVML_FN(nvmlReturn_t, nvmlDeviceGetRemappedRows, (nvmlDevice_t, unsigned int *, 
 NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPages, (nvmlDevice_t, int, unsigned int *, unsigned long long *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t, int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetTotalEccErrors, (nvmlDevice_t, int, int, unsigned long long *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetSramEccErrorStatus, (nvmlDevice_t, nvmlEccSramErrorStatus_t *))
 
 static void *lib;
 
@@ -84,6 +85,7 @@ static void load_symbols(void)
     LOAD(nvmlDeviceGetRetiredPages);
     LOAD(nvmlDeviceGetRetiredPagesPendingStatus);
     LOAD(nvmlDeviceGetTotalEccErrors);
+    LOAD(nvmlDeviceGetSramEccErrorStatus);
 #undef LOAD
 }
 
@@ -387,21 +389,30 @@ static const char *yes_no(unsigned v)
     return v ? "Yes" : "No";
 }
 
-/* ECC counters in the R570+ layout (nvsmi_device_v12): the fake's NVML only knows totals, so
- * every uncorrectable/correctable error is counted as DRAM and SRAM stays 0. */
+/* ECC counters in the R570+ layout (nvsmi_device_v12): SRAM from nvmlDeviceGetSramEccErrorStatus,
+ * DRAM = the location-independent total minus SRAM (the fake's NVML keeps no DRAM-only counter). */
 static void xml_ecc_section(int depth, const char *tag, nvmlDevice_t h, int counter, int aggregate)
 {
-    unsigned long long unc = 0, cor = 0;
+    unsigned long long unc = 0, cor = 0, parity = 0, secded = 0;
+    nvmlEccSramErrorStatus_t sram;
     nvmlReturn_t urc = CALL(nvmlDeviceGetTotalEccErrors, h, 1, counter, &unc);
     nvmlReturn_t crc = CALL(nvmlDeviceGetTotalEccErrors, h, 0, counter, &cor);
+    nvmlReturn_t src;
+    memset(&sram, 0, sizeof(sram));
+    sram.version = nvmlEccSramErrorStatus_v1;
+    src = CALL(nvmlDeviceGetSramEccErrorStatus, h, &sram);
+    if (!src) {
+        parity = aggregate ? sram.aggregateUncParity : sram.volatileUncParity;
+        secded = aggregate ? sram.aggregateUncSecDed : sram.volatileUncSecDed;
+    }
     xml_open(depth, tag);
     xml_uint(depth + 1, "sram_correctable", crc, 0, NULL);
-    xml_uint(depth + 1, "sram_uncorrectable_parity", urc, 0, NULL);
-    xml_uint(depth + 1, "sram_uncorrectable_secded", urc, 0, NULL);
+    xml_uint(depth + 1, "sram_uncorrectable_parity", src ? src : urc, parity, NULL);
+    xml_uint(depth + 1, "sram_uncorrectable_secded", src ? src : urc, secded, NULL);
     xml_uint(depth + 1, "dram_correctable", crc, cor, NULL);
-    xml_uint(depth + 1, "dram_uncorrectable", urc, unc, NULL);
+    xml_uint(depth + 1, "dram_uncorrectable", urc, unc >= parity + secded ? unc - parity - secded : 0, NULL);
     if (aggregate)
-        xml_text(depth + 1, "sram_threshold_exceeded", urc ? fail_text(urc) : "No");
+        xml_text(depth + 1, "sram_threshold_exceeded", src ? fail_text(src) : yes_no(sram.bThresholdExceeded));
     xml_close(depth, tag);
 }
 

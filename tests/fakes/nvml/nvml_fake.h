@@ -106,4 +106,23 @@ typedef struct {
     unsigned long long memorySizeMB;
 } nvmlDeviceAttributes_t;
 
+/* nvmlDeviceGetSramEccErrorStatus (layout of nvidia-ml-py's c_nvmlEccSramErrorStatus_v1_t) */
+typedef struct {
+    unsigned int version;
+    unsigned long long aggregateUncParity;
+    unsigned long long aggregateUncSecDed;
+    unsigned long long aggregateCor;
+    unsigned long long volatileUncParity;
+    unsigned long long volatileUncSecDed;
+    unsigned long long volatileCor;
+    unsigned long long aggregateUncBucketL2;
+    unsigned long long aggregateUncBucketSm;
+    unsigned long long aggregateUncBucketPcie;
+    unsigned long long aggregateUncBucketMcu;
+    unsigned long long aggregateUncBucketOther;
+    unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_t;
+
+#define nvmlEccSramErrorStatus_v1 ((unsigned int)(sizeof(nvmlEccSramErrorStatus_t) | (1 << 24)))
+
 #endif

@@ -129,7 +129,10 @@ HEALTH_GPUS = [
         "ecc": {"volatile_uncorrectable": 1, "aggregate_uncorrectable": 5},
         "nvlinks": [{"active": True}, {"active": True, "replay": 7, "crc_flit": 2},
                     {"active": False, "replay": 99}]}),
-    fakenvml.gpu(1, mig=False, health={"remapped_rows": {"failure": True}, "nvlinks": 0}),
+    fakenvml.gpu(1, mig=False, health={"remapped_rows": {"failure": True}, "nvlinks": 0,
+                                       "ecc": {"sram": {"volatile_parity": 2, "aggregate_parity": 6,
+                                                        "aggregate_secded": 1,
+                                                        "threshold_exceeded": True}}}),
     fakenvml.gpu(2, mig=False, health={"supported": False, "nvlinks": 0}),
     fakenvml.gpu(3, mig=False, errors={"nvmlDeviceGetRemappedRows": "NVML_ERROR_UNKNOWN"}),
 ]
@@ -169,9 +172,20 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
     assert v0["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable"]
     assert v0["nvlink_errors"] == 9
 
+    assert g0["ecc"]["volatile"]["dram_uncorrectable"] == 1
+    assert g0["ecc"]["aggregate"]["sram_threshold_exceeded"] is False
+
     assert g1["remapped_rows"]["failure"] is True and g1["nvlink"] is None
     assert g1["errors"] == {"nvlink": "not supported"}
-    assert gpu_health.verdict(g1)["findings"] == ["gpu.rma"]
+    # SRAM errors count in the total (as in NVML); DRAM is the rest.
+    assert g1["ecc"]["volatile"] == {"dram_uncorrectable": 0, "sram_uncorrectable": 2,
+                                     "uncorrectable": 2, "correctable": None,
+                                     "sram_threshold_exceeded": None, "layout": "nvml"}
+    assert g1["ecc"]["aggregate"]["sram_uncorrectable"] == 7
+    assert g1["ecc"]["aggregate"]["sram_threshold_exceeded"] is True
+    v1 = gpu_health.verdict(g1)
+    assert v1["findings"] == ["gpu.rma", "gpu.ecc_uncorrectable"]
+    assert len([r for r in v1["reasons"] if "RMA candidate" in r]) == 2
 
     # A consumer-class GPU: every memory query NOT_SUPPORTED, which is no failure and no finding.
     assert g2["remapped_rows"]["supported"] is False and g2["retired_pages"]["supported"] is False
@@ -198,6 +212,9 @@ def test_fake_nvidia_smi_health_document_parses_the_same(driver, scenario):
     assert g0["ecc"]["volatile"]["dram_uncorrectable"] == 1
     assert g0["ecc"]["aggregate"]["uncorrectable"] == 5
     assert gpu_health.verdict(g1)["rma"] is True
+    assert g1["ecc"]["volatile"]["sram_uncorrectable"] == 2   # parity 2 + secded 0
+    assert g1["ecc"]["volatile"]["dram_uncorrectable"] == 0
+    assert g1["ecc"]["aggregate"]["sram_threshold_exceeded"] is True
     assert g2["remapped_rows"]["supported"] is False and g2["ecc_mode"] == "N/A"
     assert g2["ecc"]["volatile"]["uncorrectable"] is None
     assert g3["remapped_rows"]["supported"] is False  # the query failed: printed as its error

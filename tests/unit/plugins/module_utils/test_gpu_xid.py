@@ -154,6 +154,16 @@ def test_reader_falls_back_from_hung_journal_to_kmsg(tmp_path):
     assert "did not finish within 0.5s" in rep["attempts"][0]["error"]
 
 
+def test_reader_empty_journal_is_no_kernel_log(tmp_path):
+    jc = _script(tmp_path / "journalctl", "exit 0")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("6,1,1000,-;Linux version 6.8.0\n4,2,3000000,-;%s\n" % R384_48)
+    rep = gpu_xid.xid_report(journalctl=jc, kmsg=str(kmsg), dmesg=None)
+    assert rep["source"] == "kmsg" and rep["action"] == "reset_gpu"
+    assert rep["attempts"] == [{"source": "journal",
+                                "error": "the journal holds no kernel messages for this boot"}]
+
+
 def test_reader_kmsg_character_device_then_dmesg(tmp_path):
     # A character device with nothing to read (the kernel's /dev/null) is read, not refused.
     data, source, attempts = gpu_xid.read_kernel_log(journalctl=str(tmp_path / "absent"),
