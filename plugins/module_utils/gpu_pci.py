@@ -119,6 +119,12 @@ def scan_pci(sys_path="/sys"):
         if base_sub in GPU_CLASSES:
             kind, bucket = GPU_CLASSES[base_sub], "gpus"
         elif base_sub == CLASS_BRIDGE_OTHER:
+            # NVSwitches enumerate as "Bridge [0680]" (lspci: "GH100 [H100 NVSwitch] [10de:22a3]"),
+            # but so did the Ethernet of NVIDIA's old nForce/MCP chipsets (driver forcedeth):
+            # a bridge bound to anything but the NVSwitch driver is not a switch.
+            driver = _driver_of(entry)
+            if driver not in (None, "nvidia-nvswitch", "nvidia"):
+                continue
             kind, bucket = "nvswitch", "nvswitches"
         else:
             continue  # the GPU's audio / USB-C functions share the vendor id

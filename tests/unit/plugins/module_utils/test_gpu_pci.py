@@ -39,6 +39,8 @@ def sysfs(tmp_path):
     _device(root, "0000:5d:00.0", 0x10de, 0x1eb8, 0x030000, "vfio-pci")     # VGA, passthrough
     _device(root, "0001:9a:00.0", 0x10de, 0x2330, 0x030200, "nvidia")       # second domain
     _device(root, "0000:c5:00.0", 0x10de, 0x22a3, 0x068000, "nvidia-nvswitch")  # NVSwitch
+    _device(root, "0000:c6:00.0", 0x10de, 0x22a3, 0x068000)                 # NVSwitch, no driver
+    _device(root, "0000:d0:07.0", 0x10de, 0x03ef, 0x068000, "forcedeth")    # nForce MCP Ethernet
     devs = root / "bus" / "pci" / "devices"
     os.symlink("../../../devices/pci0000:00/0000:ee:00.0", str(devs / "0000:ee:00.0"))  # dangling
     fifo = _device(root, "0000:ef:00.0", 0x10de, 0x2330, 0x030200)
@@ -55,7 +57,8 @@ def test_scan_finds_gpus_nvswitch_and_reports_unreadable_entries(sysfs):
         ("0000:3a:00.0", "3d", None), ("0000:5d:00.0", "vga", "vfio-pci"),
         ("0001:9a:00.0", "3d", "nvidia")]
     assert out["gpus"][0]["device_id"] == "0x2330" and out["gpus"][0]["class"] == "0x030200"
-    assert [(s["bus_id"], s["kind"]) for s in out["nvswitches"]] == [("0000:c5:00.0", "nvswitch")]
+    assert [(s["bus_id"], s["driver"]) for s in out["nvswitches"]] == [
+        ("0000:c5:00.0", "nvidia-nvswitch"), ("0000:c6:00.0", None)]
     errors = dict((e["entry"], e["error"]) for e in out["errors"])
     assert set(errors) == {"0000:ee:00.0", "0000:ef:00.0"}
     assert "missing" in errors["0000:ee:00.0"]
