@@ -1,13 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side: read, patch and wait on one Node in-process (logic in plugin_utils/node_api.py)."""
+"""Controller-side: read, patch and wait on one Node in-process (logic in plugin_utils/node_api.py,
+the connection in plugin_utils/k8s, resolved as kubernetes.core resolves it)."""
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 
 
 class ActionModule(ActionBase):
@@ -18,8 +21,6 @@ class ActionModule(ActionBase):
     ARGSPEC = {
         "name": {"type": "str", "required": True},
         "state": {"type": "str", "default": "info", "choices": ["info", "patched", "ready", "budget", "validated"]},
-        "kubeconfig": {"type": "path"},
-        "context": {"type": "str"},
         "unschedulable": {"type": "bool"},
         "annotations": {"type": "dict", "default": {}},
         "boot_id": {"type": "str", "default": ""},
@@ -31,28 +32,37 @@ class ActionModule(ActionBase):
         "timeout": {"type": "float", "default": 0},
         "poll": {"type": "float", "default": 1},
     }
+    ARGSPEC.update(k8s_client.AUTH_ARG_SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
+        with k8s_action.masked(result, args) as secrets:
+            self._run(result, args, secrets)
+        return result
+
+    def _run(self, result, args, secrets):
         bad = sorted(k for k, v in args["annotations"].items() if v is not None and not isinstance(v, str))
         if bad:
             result.update(failed=True, msg="annotations must map to strings or null (to remove); not strings: %s"
                           % ", ".join(bad))
-            return result
+            return
         if args["state"] != "patched" and (args["unschedulable"] is not None or args["annotations"]):
             result.update(failed=True, msg="unschedulable and annotations need state=patched (state=%s)" % args["state"])
-            return result
+            return
         if args["timeout"] < 0 or args["poll"] <= 0:
             result.update(failed=True, msg="timeout must be >= 0 and poll > 0 (got %s, %s)" % (args["timeout"], args["poll"]))
-            return result
+            return
+        api = None
         try:
-            api = node_api.NodeApi.connect(args["kubeconfig"], args["context"])
+            api = node_api.NodeApi.connect(args, environ=k8s_action.task_environ(self._task, self._templar))
             result.update(getattr(self, "_" + args["state"])(api, args))
         except (node_api.NodeApiError, rollout.RolloutError) as exc:
             result.update(failed=True, msg=str(exc))
+        finally:
+            if api is not None:   # tokens the client read from the environment or a kubeconfig
+                secrets.extend(api.client.secrets)
         result.setdefault("changed", False)
-        return result
 
     def _info(self, api, args):
         node = api.node(args["name"])

@@ -10,17 +10,28 @@ module: audit_cluster
 short_description: Build the per-node Kubernetes view the GPU audit needs
 version_added: 0.1.0
 description:
-  - Turns the results of M(kubernetes.core.k8s_info) (nodes, pods, device plugin DaemonSets,
-    events) into a per-node view used by M(kubegpu.fleet.audit_evaluate) - Ready and cordon
+  - Builds the per-node view used by M(kubegpu.fleet.audit_evaluate) - Ready and cordon
     state, pods bound to the node that are Pending and whether any kubelet event exists for
     them, the device plugin pod's image and C(PASS_DEVICE_SPECS) - plus cluster-wide findings.
+  - Without O(nodes) it reads the Kubernetes API itself, in the controller's task worker: Nodes,
+    Pods and DaemonSets of every namespace (one list call each) and the events of each pod bound
+    to a node but still Pending. The connection options and their C(K8S_AUTH_*) environment
+    variables are those of C(kubernetes.core) and are resolved the same way, so
+    C(module_defaults) for C(group/kubegpu.fleet.k8s) and C(group/kubernetes.core.k8s) configure
+    it and C(kubernetes.core) tasks alike.
+  - With O(nodes) it only turns the results of M(kubernetes.core.k8s_info) passed in (nodes,
+    pods, device plugin DaemonSets, events) into the view, and never connects anywhere.
   - Runs on the controller only; it never connects to a host.
+requirements:
+  - kubernetes >= 24.2.0 (Python, on the controller; only to read the API)
 options:
   nodes:
-    description: Node objects (C(resources) of M(kubernetes.core.k8s_info) for kind Node).
+    description:
+      - Node objects (C(resources) of M(kubernetes.core.k8s_info) for kind Node).
+      - Unset, the module reads Nodes, Pods, DaemonSets and events from the API and ignores
+        O(pods), O(daemonsets) and O(events).
     type: list
     elements: dict
-    required: true
   pods:
     description: Pod objects, any namespace.
     type: list
@@ -43,10 +54,15 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.k8s_auth
 """
 
 EXAMPLES = r"""
-- name: Per-node cluster view
+- name: Per-node cluster view, read from the API (K8S_AUTH_* environment, else the kubeconfig)
+  kubegpu.fleet.audit_cluster:
+  register: cluster
+
+- name: Per-node cluster view from k8s_info results
   kubegpu.fleet.audit_cluster:
     nodes: "{{ nodes.resources }}"
     pods: "{{ pods.resources }}"
@@ -56,9 +72,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cluster:
-  description: C(nodes) (node name to view) and C(device_plugin_daemonsets).
+  description:
+    - C(nodes) (node name to view) and C(device_plugin_daemonsets).
+    - C(malformed) lists API objects that could not be attached to a node (a Node without a name, a pod with
+      a C(spec.nodeName) that is not a string, a DaemonSet or event that is not an object); each node's view
+      has its own C(malformed) list for fields of the wrong type in its Node object and the pods bound to it.
+      Malformed objects never fail the task; what could be read is still used.
   returned: always
   type: dict
+api_calls:
+  description: API requests made to read the cluster (without O(nodes)).
+  returned: when nodes is not set
+  type: int
 cluster_findings:
   description: Findings about the cluster as a whole (e.g. an outdated device plugin).
   returned: always

@@ -29,6 +29,11 @@ description:
     O(nvidia) and the plugin's MIG strategy predict).
   - A wait that does not succeed within O(timeout) fails with the last condition it saw.
   - Draining stays with M(kubernetes.core.k8s_drain) (evictions, PodDisruptionBudgets).
+  - The connection options and their C(K8S_AUTH_*) environment variables are those of
+    C(kubernetes.core), resolved the same way, so one C(module_defaults) block for
+    C(group/kubernetes.core.k8s) and C(group/kubegpu.fleet.k8s) gives this module and the
+    C(kubernetes.core) tasks of a play the same identity - an AWX job's Kubernetes bearer token
+    credential included.
 requirements:
   - kubernetes >= 24.2.0 (Python, on the controller)
 options:
@@ -41,15 +46,6 @@ options:
     type: str
     default: info
     choices: [info, patched, ready, budget, validated]
-  kubeconfig:
-    description:
-      - Path of the kubeconfig. Default the environment variable E(K8S_AUTH_KUBECONFIG), then
-        the client's default (E(KUBECONFIG), C(~/.kube/config)); in a pod without either, the
-        in-cluster service account.
-    type: path
-  context:
-    description: Context of the kubeconfig. Default E(K8S_AUTH_CONTEXT), then the current context.
-    type: str
   unschedulable:
     description: With C(state=patched), C(true) cordons and C(false) uncordons; unset leaves it.
     type: bool
@@ -98,6 +94,7 @@ options:
     default: 1
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.k8s_auth
 attributes:
   check_mode:
     support: full
@@ -118,6 +115,29 @@ author:
 """
 
 EXAMPLES = r"""
+# One set of connection settings for kubernetes.core and this collection; unset values are
+# omitted, so the K8S_AUTH_* environment (an AWX credential) or the kubeconfig applies.
+- name: Maintenance of one node
+  module_defaults:
+    group/kubernetes.core.k8s: &k8s
+      kubeconfig: "{{ kubegpu_kubeconfig | default(omit, true) }}"
+      context: "{{ kubegpu_kube_context | default(omit, true) }}"
+      host: "{{ kubegpu_k8s_host | default(omit, true) }}"
+      api_key: "{{ kubegpu_k8s_api_key | default(omit, true) }}"
+      ca_cert: "{{ kubegpu_k8s_ca_cert | default(omit, true) }}"
+      validate_certs: "{{ kubegpu_k8s_validate_certs | default(omit) }}"
+    group/kubegpu.fleet.k8s: *k8s
+  block:
+    - name: Read the node
+      kubegpu.fleet.node_maintenance:
+        name: gpu-node-1
+      register: node
+
+    - name: Drain it
+      kubernetes.core.k8s_drain:
+        name: gpu-node-1
+        state: drain
+
 - name: Cordon the node and record the maintenance in one write
   kubegpu.fleet.node_maintenance:
     name: gpu-node-1

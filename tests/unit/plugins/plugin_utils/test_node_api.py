@@ -151,13 +151,6 @@ def test_validated_needs_the_plugin_ready_and_the_resources_back():
     assert not out["ok"] and "(none)" in out["msg"]
 
 
-def test_kubeconfig_from_follows_kubernetes_core_environment():
-    env = {"K8S_AUTH_KUBECONFIG": "/k", "K8S_AUTH_CONTEXT": "c"}
-    assert node_api.kubeconfig_from(None, None, env) == ("/k", "c")
-    assert node_api.kubeconfig_from("/x", "y", env) == ("/x", "y")
-    assert node_api.kubeconfig_from(None, None, {}) == (None, None)
-
-
 class FakeApi(object):
     """Stands in for NodeApi (no HTTP): serves one node and fails the first N patches with a conflict."""
 

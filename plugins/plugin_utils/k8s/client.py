@@ -1,0 +1,311 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kubernetes connection resolution and JSON requests from the controller process.
+
+Resolution is kubernetes.core's (``module_utils/k8s/client.py``, 6.x), step for step:
+
+1. each connection setting is the task's option when it is not null, else its environment
+   variable ``K8S_AUTH_<OPTION>`` or ``K8S_AUTH_<CLIENT NAME>`` (``K8S_AUTH_VALIDATE_CERTS`` or
+   ``K8S_AUTH_VERIFY_SSL``; ``K8S_AUTH_CA_CERT`` or ``K8S_AUTH_SSL_CA_CERT``; ...); booleans from
+   the environment are false for ``0``, ``false`` and ``no`` (any case), true otherwise;
+2. with ``host`` and ``api_key`` (or ``host``, ``client_cert`` and ``client_key``) nothing is
+   loaded: the job's credentials are complete (the AWX/AAP "OpenShift or Kubernetes API Bearer
+   Token" credential injects exactly these variables);
+3. else with a ``kubeconfig`` (a path, a list of paths joined by ``:``, or an inline dict) or a
+   ``context``, that kubeconfig (default ``KUBECONFIG``, then ``~/.kube/config``) is loaded;
+4. else the pod's service account (in-cluster) is tried first and, when the process does not run
+   in a pod, the default kubeconfig (``KUBECONFIG``, then ``~/.kube/config``);
+5. the settings given (options or environment) then override what was loaded: ``host``,
+   ``api_key`` (sent as ``Authorization: Bearer``), ``validate_certs``, ``ca_cert``,
+   ``client_cert``, ``client_key``, ``proxy``, ``no_proxy``; ``impersonate_user`` and
+   ``impersonate_groups`` become impersonation headers.
+
+``environ``, ``home`` and the service account directory are parameters, so tests resolve against
+real files without touching the process. Nothing here writes the client's process-wide default
+configuration, and messages never contain a token: ``Client.secrets`` lists the values a caller
+must mask (``ansible.module_utils.common.parameters.remove_values``) in anything it returns.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+from urllib.parse import urlencode
+
+SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+# Option name -> kubernetes client (Configuration) name, as kubernetes.core's AUTH_ARG_MAP.
+AUTH_ARG_MAP = {
+    "kubeconfig": "kubeconfig",
+    "context": "context",
+    "host": "host",
+    "api_key": "api_key",
+    "validate_certs": "verify_ssl",
+    "ca_cert": "ssl_ca_cert",
+    "client_cert": "cert_file",
+    "client_key": "key_file",
+    "proxy": "proxy",
+    "no_proxy": "no_proxy",
+    "impersonate_user": "impersonate_user",
+    "impersonate_groups": "impersonate_groups",
+}
+
+# The options of every controller action that talks to the API (kubernetes.core's names and aliases).
+AUTH_ARG_SPEC = {
+    "kubeconfig": {"type": "raw", "no_log": False},
+    "context": {"type": "str"},
+    "host": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
+    "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "client_cert": {"type": "path", "aliases": ["cert_file"]},
+    "client_key": {"type": "path", "aliases": ["key_file"], "no_log": False},
+    "proxy": {"type": "str"},
+    "no_proxy": {"type": "str"},
+    "impersonate_user": {"type": "str"},
+    "impersonate_groups": {"type": "list", "elements": "str"},
+}
+
+FALSE_STRINGS = ("0", "false", "no")
+
+
+class K8sError(Exception):
+    """A connection or an API call failed; ``status`` is the HTTP status (None when no response)."""
+
+    def __init__(self, msg, status=None):
+        super().__init__(msg)
+        self.status = status
+
+
+def auth_settings(params=None, environ=None):
+    """The connection settings as kubernetes.core's _create_auth_spec builds them.
+
+    Returns ``(auth, sources)``: ``auth`` maps option names to values (only those set),
+    ``sources`` maps them to where each came from (``option`` or the environment variable name).
+    """
+    params = params or {}
+    env = os.environ if environ is None else environ
+    auth, sources = {}, {}
+    for option, client_name in AUTH_ARG_MAP.items():
+        if params.get(option) is not None:
+            auth[option], sources[option] = params[option], "option"
+            continue
+        first, second = "K8S_AUTH_" + option.upper(), "K8S_AUTH_" + client_name.upper()
+        # kubernetes.core: os.getenv(first) or os.getenv(second) - an empty first falls to the second
+        value, var = (env.get(first), first) if env.get(first) else (env.get(second), second)
+        if value is None:
+            continue
+        spec = AUTH_ARG_SPEC[option]
+        if spec.get("type") == "bool":
+            value = value.lower() not in FALSE_STRINGS
+        elif spec.get("type") == "list":
+            value = [v for v in value.split(",") if v != ""]
+        auth[option], sources[option] = value, var
+    return auth, sources
+
+
+def default_kubeconfig(environ=None, home=None):
+    """What the client loads when no kubeconfig is named: KUBECONFIG, else ~/.kube/config."""
+    env = os.environ if environ is None else environ
+    path = env.get("KUBECONFIG") or "~/.kube/config"
+    base = home if home is not None else env.get("HOME")
+    if base:
+        path = ":".join(base + p[1:] if p == "~" or p.startswith("~/") else p for p in path.split(":"))
+    return os.path.expanduser(path)
+
+
+def secrets_of(auth):
+    """Values that must never be shown: the bearer token and, from an inline kubeconfig, user credentials."""
+    out = []
+    if auth.get("api_key"):
+        out.append(str(auth["api_key"]))
+    kubeconfig = auth.get("kubeconfig")
+    if isinstance(kubeconfig, dict):
+        for user in kubeconfig.get("users") or []:
+            for key, value in ((user or {}).get("user") or {}).items():
+                if key in ("token", "password", "client-key-data") and value:
+                    out.append(str(value))
+    return out
+
+
+def _describe_kubeconfig(kubeconfig, context):
+    what = "an inline kubeconfig" if isinstance(kubeconfig, dict) else "the kubeconfig %s" % kubeconfig
+    return what + (" (context %s)" % context if context else "")
+
+
+def _load_kubeconfig(config, kubeconfig, context):
+    """Load a kubeconfig file (or ``:``-joined files, or a dict) into ``config``; K8sError on failure."""
+    from kubernetes import config as kconfig  # pylint: disable=import-outside-toplevel
+
+    try:
+        if isinstance(kubeconfig, dict):
+            kconfig.load_kube_config_from_dict(config_dict=kubeconfig, context=context, client_configuration=config,
+                                               persist_config=False)
+        else:
+            kconfig.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config,
+                                     persist_config=False)
+    except Exception as exc:  # pylint: disable=broad-except  # the loader raises many types
+        raise K8sError("cannot load %s: %s" % (_describe_kubeconfig(kubeconfig, context), exc))
+
+
+def configuration(auth, environ=None, home=None, serviceaccount_dir=SERVICEACCOUNT_DIR):
+    """A kubernetes.client.Configuration for ``auth`` (from auth_settings) and a line saying how it was made."""
+    try:
+        from kubernetes import client as kclient, config as kconfig  # pylint: disable=import-outside-toplevel
+        from kubernetes.config import incluster_config  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        raise K8sError("the kubernetes Python package is required on the controller (pip install kubernetes): %s"
+                       % exc)
+    env = os.environ if environ is None else environ
+    auth = dict(auth)
+    if auth.get("kubeconfig") is not None and not isinstance(auth["kubeconfig"], (str, dict)):
+        raise K8sError("kubeconfig must be a path or a dict (an inline kubeconfig), not %s"
+                       % type(auth["kubeconfig"]).__name__)
+    if isinstance(auth.get("host"), str):
+        auth["host"] = auth["host"].rstrip("/")
+
+    def given(*names):
+        return all(auth.get(n) for n in names)
+
+    config = kclient.Configuration()
+    if given("api_key", "host") or given("client_cert", "client_key", "host"):
+        how = "host %s with %s" % (auth["host"], "a bearer token" if auth.get("api_key") else "a client certificate")
+    elif given("kubeconfig") or given("context"):
+        kubeconfig = auth.get("kubeconfig") or default_kubeconfig(env, home)
+        _load_kubeconfig(config, kubeconfig, auth.get("context"))
+        how = _describe_kubeconfig(kubeconfig, auth.get("context"))
+    else:
+        loader = incluster_config.InClusterConfigLoader(
+            token_filename=os.path.join(serviceaccount_dir, "token"),
+            cert_filename=os.path.join(serviceaccount_dir, "ca.crt"), environ=env)
+        try:
+            loader.load_and_set(config)
+            how = "the in-cluster service account (%s)" % serviceaccount_dir
+        except kconfig.ConfigException as incluster_exc:
+            kubeconfig = default_kubeconfig(env, home)
+            try:
+                _load_kubeconfig(config, kubeconfig, None)
+            except K8sError as exc:
+                raise K8sError(
+                    "no Kubernetes connection: no host with api_key (options or K8S_AUTH_HOST and "
+                    "K8S_AUTH_API_KEY), not in a cluster (%s), and %s" % (incluster_exc, exc))
+            how = _describe_kubeconfig(kubeconfig, None)
+    for option, client_name in AUTH_ARG_MAP.items():
+        value = auth.get(option)
+        if value is None or option in ("kubeconfig", "context", "impersonate_user", "impersonate_groups"):
+            continue
+        if option == "api_key":
+            config.api_key = {"authorization": "Bearer %s" % value}
+        else:
+            setattr(config, client_name, value)
+    return config, how
+
+
+class Client(object):
+    """JSON requests against the API, returning plain dicts (the shape kubernetes.core.k8s_info returns).
+
+    Requests go through the official client's configuration (TLS, token or exec credentials,
+    refreshed by its hooks) and REST layer. Error messages carry the verb, the object, the HTTP
+    status and the API's own message - never a request header.
+    """
+
+    TIMEOUT = (10, 60)   # connect, read seconds
+
+    def __init__(self, api_client, how="", secrets=(), impersonate_user=None, impersonate_groups=None):
+        from kubernetes.client import exceptions  # pylint: disable=import-outside-toplevel
+
+        self._exc = exceptions.ApiException
+        self._client = api_client
+        self._config = api_client.configuration
+        self.how = how
+        self.secrets = [s for s in secrets if s]
+        self._impersonate_user = impersonate_user
+        self._impersonate_groups = list(impersonate_groups or [])
+
+    def _headers(self, content_type=None):
+        try:
+            from urllib3 import HTTPHeaderDict  # pylint: disable=import-outside-toplevel
+        except ImportError:  # urllib3 < 2
+            from urllib3._collections import HTTPHeaderDict  # pylint: disable=import-outside-toplevel
+
+        headers = HTTPHeaderDict(getattr(self._client, "default_headers", None) or {})
+        headers.setdefault("User-Agent", self._client.user_agent)
+        headers["Accept"] = "application/json"
+        for auth in (self._config.auth_settings() or {}).values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+                token = auth["value"].split(" ", 1)[-1]
+                if token not in self.secrets:
+                    self.secrets.append(token)
+        if self._impersonate_user:
+            headers["Impersonate-User"] = self._impersonate_user
+        for group in self._impersonate_groups:
+            headers.add("Impersonate-Group", group)
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    def mask(self, text):
+        """``text`` with every secret this client knows replaced by ********."""
+        text = str(text)
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, "********")
+        return text
+
+    def _fail(self, what, detail, status=None):
+        msg = "%s: %s" % (what, detail)
+        if status in (401, 403):
+            msg += " (credentials from %s)" % (self.how or "the default kubeconfig")
+        raise K8sError(self.mask(msg), status=status)
+
+    def request(self, what, method, path, query=None, body=None, content_type=None):
+        """One HTTP request; the decoded JSON body, or K8sError with the API's message."""
+        # headers first: a kubeconfig's token refresh hook re-applies its cluster settings (host
+        # included) on every call, and the generated client builds the URL after it - as here
+        headers = self._headers(content_type)
+        url = self._config.host.rstrip("/") + path + ("?" + urlencode(query) if query else "")
+        try:
+            with warnings.catch_warnings():
+                # validate_certs=false is the user's explicit choice; kubernetes.core silences it too
+                warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+                resp = self._client.rest_client.request(method, url, headers=headers, body=body,
+                                                        _request_timeout=self.TIMEOUT)
+            status = resp.status
+            data = resp.data if getattr(resp, "data", None) is not None else resp.read()
+        except self._exc as exc:   # clients before v31 raise on any status other than 2xx; TLS errors: status 0
+            if not exc.status:
+                self._fail(what, (exc.reason or "no response").replace("\n", ": "))
+            status, data = exc.status, exc.body
+        except Exception as exc:  # pylint: disable=broad-except  # urllib3/ssl/socket errors
+            self._fail(what, exc)
+        try:
+            doc = json.loads(data or b"{}")
+        except (TypeError, ValueError):
+            doc = {"message": (data or b"").decode("utf-8", "replace")[:300] if isinstance(data, bytes) else str(data)}
+        if not 200 <= int(status or 0) < 300:
+            message = (doc or {}).get("message") if isinstance(doc, dict) else ""
+            self._fail(what, "HTTP %s %s" % (status, message or ""), status=status)
+        return doc
+
+
+def connect(params=None, environ=None, home=None, serviceaccount_dir=SERVICEACCOUNT_DIR):
+    """A Client resolved from the task's connection options (AUTH_ARG_SPEC names) and ``environ``."""
+    auth, _sources = auth_settings(params, environ)
+    secrets = secrets_of(auth)
+    try:
+        config, how = configuration(auth, environ, home, serviceaccount_dir)
+        from kubernetes import client as kclient  # pylint: disable=import-outside-toplevel
+        api_client = kclient.ApiClient(config)
+    except K8sError as exc:
+        raise K8sError(_mask(str(exc), secrets))
+    except Exception as exc:  # pylint: disable=broad-except  # bad TLS files, proxies: many types
+        raise K8sError(_mask("cannot set up the Kubernetes client: %s" % exc, secrets))
+    return Client(api_client, how, secrets, auth.get("impersonate_user"), auth.get("impersonate_groups"))
+
+
+def _mask(text, secrets):
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "********")
+    return text
