@@ -20,15 +20,14 @@ import errno
 import math
 import os
 import re
-import signal
-import subprocess
+import stat
 from fractions import Fraction
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
     ConfigParseError,
     load_config_text,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import read_text
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -52,6 +51,9 @@ DEFAULT_ENFORCE_NODE_ALLOCATABLE = ["pods"]
 GKE_EVICTION_THRESHOLD_BYTES = 100 * MIB
 VERSION_TIMEOUT = 5.0
 CONFIG_MAX_BYTES = 4 << 20
+CMDLINE_MAX_BYTES = 4 << 20  # ARG_MAX is 2 MiB by default; /proc caps cmdline far below this
+DEFAULT_UNIT = "kubelet.service"
+DEFAULT_PACKAGE = "kubelet"
 INT64_MAX = (1 << 63) - 1
 
 # pflag boolean flags of the kubelet (current and removed ones that old nodes still pass).
@@ -205,12 +207,25 @@ def gke_reserved_memory_bytes(node_memory_bytes):
 
 
 # -- /proc --------------------------------------------------------------------------------
+def _read_proc_text(path, limit):
+    """Text of a procfs file (bounded, never blocks on a FIFO planted in a fake tree), or None."""
+    try:
+        return safe_io.read_text(path, limit)
+    except (safe_io.UnsafeInput, IOError, OSError):
+        return None
+
+
+def read_text(path, limit=1 << 20):
+    """Compatibility name: :func:`_read_proc_text` (None when unreadable, odd or too large)."""
+    return _read_proc_text(path, limit)
+
+
 def read_cmdline(proc_path, pid):
     """argv of ``pid`` from ``<proc_path>/<pid>/cmdline`` (NUL-separated), or None."""
     try:
-        with open(os.path.join(proc_path, str(pid), "cmdline"), "rb") as f:
-            data = f.read(1 << 20)
-    except (IOError, OSError):
+        data = safe_io.read_bytes(os.path.join(proc_path, str(pid), "cmdline"),
+                                  CMDLINE_MAX_BYTES)
+    except (safe_io.UnsafeInput, IOError, OSError):
         return None
     if data.endswith(b"\0"):
         data = data[:-1]
@@ -254,11 +269,106 @@ def kubelet_argv(comm, cmdline, name="kubelet"):
     return None
 
 
+def process_uids(proc_path, pid):
+    """(real uid, effective uid) of ``pid`` from ``<proc>/<pid>/status`` (``Uid:`` line), else
+    the owner of ``<proc>/<pid>`` for both; (None, None) when unknown."""
+    text = _read_proc_text(os.path.join(proc_path, str(pid), "status"), 64 << 10)
+    for line in (text or "").splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()[1:]
+            if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
+                return int(fields[0]), int(fields[1])
+            return None, None
+    try:
+        st = os.stat(os.path.join(proc_path, str(pid)))
+    except OSError:
+        return None, None
+    return st.st_uid, st.st_uid
+
+
+def _unsafe_file(st):
+    """Why a file (an executable) cannot be trusted as root's, or None."""
+    if st.st_uid != 0:
+        return "owned by uid %d, not root" % st.st_uid
+    if st.st_mode & 0o022:
+        return "writable by %s (mode %04o)" % (
+            "group and others" if st.st_mode & 0o022 == 0o022 else
+            ("others" if st.st_mode & 0o002 else "group"), stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _interpreted_script(proc_path, pid, comm, cmdline, exe, name="kubelet"):
+    """The script path when a process named ``name`` is an interpreter running a script of that
+    name (``/bin/sh /opt/bin/kubelet``): the name then comes from the script, so the script is
+    what must be root's. None when the executable itself carries the name."""
+    if exe is not None and os.path.basename(exe) == name:
+        return None
+    cmdline = cmdline or []
+    for arg in cmdline[1:3]:
+        if os.path.basename(arg) == name:
+            path = arg
+            if not os.path.isabs(path):
+                try:
+                    path = os.path.join(os.readlink(os.path.join(proc_path, str(pid), "cwd")),
+                                        path)
+                except OSError:
+                    return arg
+            return path
+    return None
+
+
+def check_process_trust(proc_path, pid, comm=None, cmdline=None, name="kubelet"):
+    """Whether a process named ``name`` can be the node's kubelet without systemd saying so.
+
+    Trusted: real and effective uid 0, and the executable (``stat`` of ``<proc>/<pid>/exe``,
+    which follows the link to the very inode the process runs, even when it was deleted) is
+    owned by root and not writable by group or others. When an interpreter runs a script named
+    ``name``, the script must pass the same file test. Nothing is ever executed.
+
+    Returns ``{"uid", "euid", "exe", "exe_deleted", "exe_uid", "exe_mode", "trusted", "why"}``.
+    """
+    uid, euid = process_uids(proc_path, pid)
+    exe, deleted = exe_info(proc_path, pid)
+    info = {"uid": uid, "euid": euid, "exe": exe, "exe_deleted": deleted, "exe_uid": None,
+            "exe_mode": None, "trusted": False, "why": None}
+    try:
+        st = os.stat(os.path.join(proc_path, str(pid), "exe"))
+        info["exe_uid"], info["exe_mode"] = st.st_uid, "%04o" % stat.S_IMODE(st.st_mode)
+    except OSError as e:
+        st = None
+        exe_problem = "its executable cannot be examined (%s)" % (e.strerror or e)
+    if uid is None or euid is None:
+        info["why"] = "its owner cannot be read"
+    elif uid != 0 or euid != 0:
+        info["why"] = "runs as uid %d (effective %d), not root" % (uid, euid)
+    elif st is None:
+        info["why"] = exe_problem
+    else:
+        problem = _unsafe_file(st)
+        if problem:
+            info["why"] = "its executable %s is %s" % (exe, problem)
+    if info["why"] is None:
+        script = _interpreted_script(proc_path, pid, comm, cmdline, exe, name)
+        if script is not None:
+            root_view = os.path.join(proc_path, str(pid), "root", script.lstrip("/"))
+            try:
+                sst = os.stat(root_view if os.path.exists(root_view) else script)
+            except OSError as e:
+                info["why"] = "its script %s cannot be examined (%s)" % (script, e.strerror or e)
+            else:
+                problem = _unsafe_file(sst)
+                if problem:
+                    info["why"] = "its script %s is %s" % (script, problem)
+    info["trusted"] = info["why"] is None
+    return info
+
+
 def find_kubelet_processes(proc_path, name="kubelet"):
-    """All live kubelet processes under ``proc_path``, oldest first.
+    """All live processes named like a kubelet under ``proc_path``, oldest first.
 
     Each is ``{"pid", "comm", "argv", "starttime"}``. Processes that vanish or cannot be read
-    mid-scan are skipped; zombies are skipped.
+    mid-scan are skipped; zombies are skipped. A name proves nothing: see
+    :func:`identify_kubelet` for which of them is the node's kubelet.
     """
     try:
         entries = os.listdir(proc_path)
@@ -269,7 +379,7 @@ def find_kubelet_processes(proc_path, name="kubelet"):
         if not entry.isdigit():
             continue
         base = os.path.join(proc_path, entry)
-        comm = read_text(os.path.join(base, "comm"), limit=256)
+        comm = _read_proc_text(os.path.join(base, "comm"), 256)
         comm = comm.rstrip("\n") if comm is not None else None
         cmdline = read_cmdline(proc_path, entry)
         if comm is None and cmdline is None:
@@ -277,19 +387,129 @@ def find_kubelet_processes(proc_path, name="kubelet"):
         argv = kubelet_argv(comm, cmdline, name)
         if argv is None:
             continue
-        state, start = parse_stat(read_text(os.path.join(base, "stat"), limit=4096))
+        state, start = parse_stat(_read_proc_text(os.path.join(base, "stat"), 4096))
         if state in ("Z", "X"):
             continue
         if cmdline is None and not os.path.isdir(base):
             continue  # vanished between reads
-        found.append({"pid": int(entry), "comm": comm, "argv": argv, "starttime": start})
+        found.append({"pid": int(entry), "comm": comm, "argv": argv, "starttime": start,
+                      "cmdline": cmdline})
     found.sort(key=lambda p: (p["starttime"] is None, p["starttime"] or 0, p["pid"]))
+    for p in found:
+        p.pop("cmdline")
     return found
+
+
+def systemd_main_pid(unit, systemctl, timeout=VERSION_TIMEOUT):
+    """``(MainPID or None, error or None)`` of ``unit`` from ``systemctl show`` (deadline-bound).
+
+    MainPID 0 (unit not running) gives ``(None, None)``."""
+    safe_io.check_unit_name(unit, "kubelet unit")
+    try:
+        res = safe_io.run_command([systemctl, "show", "-p", "MainPID", "--value", "--", unit],
+                                  timeout, limit=4096, env=dict(os.environ, LC_ALL="C",
+                                                                SYSTEMD_PAGER=""))
+    except (safe_io.UnsafeInput, OSError) as e:
+        return None, "systemctl show %s: %s" % (unit, e)
+    text = res.text().strip()
+    if res.rc != 0 or not text.isdigit():
+        detail = (res.text("stderr").strip() or text or "no output").splitlines()[-1][:200]
+        return None, "systemctl show %s exited %d: %s" % (unit, res.rc, detail)
+    pid = int(text)
+    return (pid or None), None
+
+
+def _unit_file_name(unit):
+    return unit if re.search(r"\.[a-z]+$", unit) else unit + ".service"
+
+
+def in_unit_cgroup(proc_path, pid, unit):
+    """Whether ``pid`` sits in the cgroup systemd gives the system unit ``unit``
+    (``/system.slice/<unit>``, cgroup v2 or the v1 ``name=systemd`` hierarchy). Only root can
+    move a process there; a user manager's ``kubelet.service`` lives under ``user.slice``."""
+    want = "/system.slice/%s" % _unit_file_name(unit)
+    text = _read_proc_text(os.path.join(proc_path, str(pid), "cgroup"), 64 << 10)
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and (parts[0] == "0" or parts[1] == "name=systemd") \
+                and parts[2] == want:
+            return True
+    return False
+
+
+def identify_kubelet(proc_path="/proc", unit=DEFAULT_UNIT, systemctl=None,
+                     timeout=VERSION_TIMEOUT, name="kubelet"):
+    """Find the node's kubelet the way the node knows it, never by name alone.
+
+    1. The MainPID of the kubelet systemd unit (``systemctl show -p MainPID``; only for the
+       host's own ``/proc``, the pids of another procfs mean nothing to this systemd).
+    2. Else the processes named ``name`` that run as root in the unit's system cgroup.
+    3. Else the processes named ``name`` whose real and effective uid are 0 and whose
+       executable is root's and not group/world-writable (:func:`check_process_trust`); exactly
+       one must remain, several are ambiguous and none is picked.
+
+    Returns ``{"proc", "method", "candidates", "rejected", "errors"}``: ``proc`` as in
+    :func:`find_kubelet_processes` plus the trust details, ``method`` ``systemd``, ``cgroup``,
+    ``root-owned`` or None; ``rejected`` lists impostors ``{"pid", "uid", "exe", "why"}``.
+    """
+    errors = []
+    procs = find_kubelet_processes(proc_path, name)
+    for p in procs:
+        p.update(check_process_trust(proc_path, p["pid"], p["comm"],
+                                     read_cmdline(proc_path, p["pid"]), name))
+    out = {"proc": None, "method": None, "candidates": procs, "rejected": [], "errors": errors}
+
+    def rejected(chosen):
+        return [{"pid": p["pid"], "uid": p["uid"], "exe": p["exe"],
+                 "why": p["why"] or "not the kubelet unit's main process"}
+                for p in procs if chosen is None or p["pid"] != chosen["pid"]]
+
+    main_pid = None
+    # sd_booted(): systemd is PID 1 when /run/systemd/system exists.
+    if systemctl and os.path.realpath(proc_path) == "/proc" and \
+            os.path.isdir("/run/systemd/system"):
+        main_pid, err = systemd_main_pid(unit, systemctl, timeout)
+        if err:
+            errors.append(err)
+    if main_pid is not None:
+        chosen = None
+        for p in procs:
+            if p["pid"] == main_pid:
+                chosen = p
+        if chosen is None:
+            cmdline = read_cmdline(proc_path, main_pid)
+            if cmdline is not None:
+                comm = _read_proc_text(os.path.join(proc_path, str(main_pid), "comm"), 256)
+                chosen = {"pid": main_pid, "comm": (comm or "").rstrip("\n") or None,
+                          "argv": kubelet_argv(comm, cmdline, name) or cmdline,
+                          "starttime": parse_stat(_read_proc_text(
+                              os.path.join(proc_path, str(main_pid), "stat"), 4096))[1]}
+                chosen.update(check_process_trust(proc_path, main_pid, chosen["comm"], cmdline,
+                                                  name))
+        if chosen is not None:
+            out.update(proc=chosen, method="systemd", rejected=rejected(chosen))
+            return out
+    in_cgroup = [p for p in procs if p["uid"] == 0 and p["euid"] == 0
+                 and in_unit_cgroup(proc_path, p["pid"], unit)]
+    if len(in_cgroup) == 1:
+        out.update(proc=in_cgroup[0], method="cgroup", rejected=rejected(in_cgroup[0]))
+        return out
+    trusted = in_cgroup or [p for p in procs if p["trusted"]]
+    if len(trusted) == 1:
+        out.update(proc=trusted[0], method="root-owned", rejected=rejected(trusted[0]))
+        return out
+    out["rejected"] = [r for r in rejected(None) if r["pid"] not in
+                       set(p["pid"] for p in trusted)]
+    if len(trusted) > 1:
+        errors.append("%d root-owned processes named %s (%s) and no systemd unit %s to tell "
+                      "which is the kubelet; none is used" % (
+                          len(trusted), name, ", ".join(str(p["pid"]) for p in trusted), unit))
+    return out
 
 
 def read_meminfo_total(proc_path):
     """MemTotal in bytes from ``<proc_path>/meminfo``, or None."""
-    text = read_text(os.path.join(proc_path, "meminfo"))
+    text = _read_proc_text(os.path.join(proc_path, "meminfo"), 1 << 20)
     for line in (text or "").splitlines():
         if line.startswith("MemTotal:"):
             fields = line.split()
@@ -437,36 +657,47 @@ def parse_version_output(text):
     return m.group(1) if m else None
 
 
-def probe_version(binary, timeout=VERSION_TIMEOUT):
-    """Run ``<binary> --version``; return ``(version, error)``. Never raises, never hangs.
+_PKG_VERSION_RE = re.compile(r"^(?:[0-9]+:)?v?([0-9]+\.[0-9]+\.[0-9]+[0-9A-Za-z.+~]*?)(?:-[0-9A-Za-z.+~]+)?$")
 
-    The child runs in its own session; when it does not answer within ``timeout`` seconds the
-    whole group is killed and the child abandoned if it cannot even be reaped (D state).
+
+def package_version(get_bin_path, package=DEFAULT_PACKAGE, timeout=VERSION_TIMEOUT):
+    """The kubelet version from the package database; ``(version, source, error)``.
+
+    Asks ``dpkg-query`` then ``rpm`` (each with a deadline and a bounded output; bytes that are
+    not UTF-8 are replaced, never an error) for ``package``. ``version`` is ``v<upstream>``
+    (``1.31.4-1.1`` -> ``v1.31.4``), ``source`` says which database, e.g.
+    ``package:kubelet 1.31.4-1.1 (dpkg)``. Nothing found through /proc is ever executed.
     """
-    try:
-        proc = subprocess.Popen([binary, "--version"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                close_fds=True, start_new_session=True)
-    except (OSError, ValueError) as e:
-        return None, "cannot run %s --version: %s" % (binary, e)
-    try:
-        out, _err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    safe_io.check_package_name(package, "kubelet package")
+    errors = []
+    for tool, argv in (("dpkg-query", ["-W", "-f=${db:Status-Abbrev}|${Version}", "--", package]),
+                       ("rpm", ["-q", "--qf", "ii |%{VERSION}-%{RELEASE}", "--", package])):
+        binary = get_bin_path(tool) if get_bin_path else None
+        if not binary:
+            continue
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            proc.communicate(timeout=1)
-        except (subprocess.TimeoutExpired, OSError, ValueError):
-            pass
-        return None, "%s --version did not answer within %ss" % (binary, timeout)
-    text = out.decode("utf-8", "replace")
-    version = parse_version_output(text)
-    if version is None:
-        return None, "%s --version printed no Kubernetes version (exit %s): %r" % (
-            binary, proc.returncode, text.strip()[:200])
-    return version, None
+            res = safe_io.run_command([binary] + argv, timeout, limit=4096,
+                                      env=dict(os.environ, LC_ALL="C"))
+        except (safe_io.UnsafeInput, OSError) as e:
+            errors.append("%s: %s" % (tool, e))
+            continue
+        text = res.text().strip()
+        if res.rc != 0 or "|" not in text:
+            errors.append("%s: package %s is not installed" % (tool, package))
+            continue
+        status, raw = text.split("|", 1)
+        raw = raw.strip()
+        if not status.startswith("ii"):
+            errors.append("%s: package %s is not installed (status %s)" % (tool, package,
+                                                                        status.strip()))
+            continue
+        m = _PKG_VERSION_RE.match(raw)
+        if not m:
+            errors.append("%s: package %s has version %r, not a Kubernetes version"
+                          % (tool, package, raw[:100]))
+            continue
+        return "v" + m.group(1), "package:%s %s (%s)" % (package, raw, tool.split("-")[0]), None
+    return None, None, "; ".join(errors) or "no package database (dpkg-query, rpm) on the node"
 
 
 # -- config -------------------------------------------------------------------------------
@@ -494,21 +725,25 @@ def kubelet_view_paths(path, proc_path=None, pid=None):
 def read_config_file(candidates):
     """Read the first readable candidate; return ``(text, read_path, error)``.
 
+    Reads are bounded and never block (:func:`safe_io.read_bytes`): a FIFO, socket, device,
+    directory, symlink loop or a file over ``CONFIG_MAX_BYTES`` is an error naming the path.
     When none can be read the error names the first candidate, with the most telling reason
     (permission denied over "does not exist").
     """
     failure = None
     for path in candidates:
         try:
-            with open(path, "rb") as f:
-                data = f.read(CONFIG_MAX_BYTES + 1)
+            data = safe_io.read_bytes(path, CONFIG_MAX_BYTES)
+        except safe_io.UnsafeInput as e:
+            return None, path, str(e)
         except (IOError, OSError) as e:
             if failure is None or (failure[1].errno == errno.ENOENT and e.errno != errno.ENOENT):
                 failure = (path, e)
             continue
-        if len(data) > CONFIG_MAX_BYTES:
-            return None, path, "%s is larger than %d bytes" % (path, CONFIG_MAX_BYTES)
-        return data.decode("utf-8", "replace"), path, None
+        try:
+            return data.decode("utf-8"), path, None
+        except UnicodeDecodeError as e:
+            return None, path, "%s is not UTF-8 text (byte %d)" % (path, e.start)
     if failure is None:
         return None, None, "no config file to read"
     path, e = failure
@@ -715,15 +950,20 @@ def memory_facts(pairs, config, node_memory_bytes, errors):
 
 
 def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VERSION_TIMEOUT,
-                         path_binary=None, use_pyyaml=None):
+                         use_pyyaml=None, unit=DEFAULT_UNIT, get_bin_path=None,
+                         package=DEFAULT_PACKAGE, node_version=None):
     """Everything ``kubelet_facts`` returns as ``ansible_facts.kubelet``.
 
-    ``config_path`` overrides the ``--config`` flag. ``path_binary`` is a kubelet found on PATH,
-    used for the version when the running process' binary cannot answer.
+    ``config_path`` overrides the ``--config`` flag. The kubelet is found by
+    :func:`identify_kubelet` (``systemctl`` from ``get_bin_path``); its version comes from the
+    package database (``get_bin_path`` finds ``dpkg-query``/``rpm``) or ``node_version`` (the
+    Node's ``status.nodeInfo.kubeletVersion`` when the caller has it). No binary is executed.
     """
     errors = []
-    procs = find_kubelet_processes(proc_path)
-    proc = procs[0] if procs else None
+    systemctl = get_bin_path("systemctl") if get_bin_path else None
+    found = identify_kubelet(proc_path, unit, systemctl, version_timeout)
+    errors.extend(found["errors"])
+    proc = found["proc"]
     pid = proc["pid"] if proc else None
     argv = proc["argv"] if proc else []
     pairs, positional = parse_flags(argv[1:])
@@ -732,39 +972,33 @@ def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VE
     facts = {
         "running": proc is not None,
         "pid": pid,
-        "pids": [p["pid"] for p in procs],
+        "pids": [p["pid"] for p in found["candidates"]],
+        "identified_by": found["method"],
+        "unit": unit,
+        "impostors": found["rejected"],
         "cmdline": argv,
         "flags": flags,
         "flags_repeated": repeated,
         "args": positional,
-        "exe": None,
-        "exe_deleted": None,
+        "exe": proc.get("exe") if proc else None,
+        "exe_deleted": proc.get("exe_deleted") if proc else None,
         "version": None,
         "version_source": None,
         "version_error": None,
     }
-    if len(procs) > 1:
-        errors.append("%d kubelet processes found (%s); reporting the oldest, pid %s" % (
-            len(procs), ", ".join(str(p["pid"]) for p in procs), pid))
+    for imp in found["rejected"]:
+        errors.append("process %s named kubelet (uid %s, executable %s) is not the kubelet: %s"
+                      % (imp["pid"], imp["uid"], imp["exe"], imp["why"]))
 
-    # version: the running binary first (even when replaced on disk), then PATH.
-    version_errors = []
-    if proc is not None:
-        facts["exe"], facts["exe_deleted"] = exe_info(proc_path, pid)
-        version, err = probe_version(os.path.join(proc_path, str(pid), "exe"), version_timeout)
-        if version:
-            facts["version"], facts["version_source"] = version, "process"
-        else:
-            version_errors.append(err)
-    if facts["version"] is None and path_binary:
-        version, err = probe_version(path_binary, version_timeout)
-        if version:
-            facts["version"], facts["version_source"] = version, "path:%s" % path_binary
-        else:
-            version_errors.append(err)
-    if facts["version"] is None:
-        facts["version_error"] = "; ".join(version_errors) or "kubelet is not running and no " \
-                                                              "kubelet binary was found on PATH"
+    # version: never by running a binary; the package database, else the Node object.
+    version, source, err = None, None, None
+    if get_bin_path is not None:
+        version, source, err = package_version(get_bin_path, package, version_timeout)
+    if version is None and node_version:
+        version, source = str(node_version), "node:status.nodeInfo.kubeletVersion"
+    facts["version"], facts["version_source"] = version, source
+    if version is None:
+        facts["version_error"] = err or "no package database to ask and no Node object"
 
     # config file
     flag_config = flag_value(pairs, "config")

@@ -650,3 +650,134 @@ def replace_maps(config, values):
         else:
             settings[key] = value
     return settings
+
+
+# -- setting types --------------------------------------------------------------------------
+# Types of the KubeletConfiguration fields, from k8s.io/kubelet/config/v1beta1/types.go
+# (Kubernetes 1.31-1.33; the reference is the "kubelet.config.k8s.io/v1beta1" config API page).
+# Settings that arrive as strings (``settings: maxPods=110 failSwapOn=false`` is a dict of
+# strings) are converted to these types; a value that does not convert is refused. Go int32 /
+# int64 ranges are enforced. Durations (metav1.Duration) and quantities stay strings; fields not
+# listed (structs, lists of structs, fields of newer releases) are written as given.
+INT32, INT64, BOOL, FLOAT, STRING, DURATION, MAP_STRING, MAP_BOOL, LIST_STRING = (
+    "int32", "int64", "bool", "float64", "string", "duration", "map[string]string",
+    "map[string]bool", "[]string")
+FIELD_TYPES = {}
+for _names, _type in (
+        (("maxPods", "podsPerCore", "port", "readOnlyPort", "healthzPort", "registryPullQPS",
+          "registryBurst", "eventRecordQPS", "eventBurst", "kubeAPIQPS", "kubeAPIBurst",
+          "imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "oomScoreAdj",
+          "evictionMaxPodGracePeriod", "nodeStatusMaxImages", "nodeLeaseDurationSeconds",
+          "containerLogMaxFiles", "containerLogMaxWorkers", "maxParallelImagePulls",
+          "iptablesMasqueradeBit", "iptablesDropBit"), INT32),
+        (("podPidsLimit", "maxOpenFiles"), INT64),
+        (("enableServer", "failSwapOn", "serializeImagePulls", "cgroupsPerQOS",
+          "protectKernelDefaults", "makeIPTablesUtilChains", "enableDebuggingHandlers",
+          "enableContentionProfiling", "enableProfilingHandler", "enableDebugFlagsHandler",
+          "cpuCFSQuota", "rotateCertificates", "serverTLSBootstrap", "registerNode",
+          "localStorageCapacityIsolation", "enableSystemLogHandler", "enableSystemLogQuery",
+          "seccompDefault", "kernelMemcgNotification", "mergeDefaultEvictionSettings",
+          "failCgroupV1", "singleProcessOOMKill", "enableControllerAttachDetach"), BOOL),
+        (("memoryThrottlingFactor",), FLOAT),
+        (("syncFrequency", "fileCheckFrequency", "httpCheckFrequency", "nodeStatusUpdateFrequency",
+          "nodeStatusReportFrequency", "imageMinimumGCAge", "imageMaximumGCAge",
+          "volumeStatsAggPeriod", "cpuManagerReconcilePeriod", "runtimeRequestTimeout",
+          "streamingConnectionIdleTimeout", "evictionPressureTransitionPeriod",
+          "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "cpuCFSQuotaPeriod",
+          "containerLogMonitorInterval"), DURATION),
+        (("cpuManagerPolicy", "cgroupDriver", "topologyManagerPolicy", "topologyManagerScope",
+          "memoryManagerPolicy", "reservedSystemCPUs", "containerRuntimeEndpoint",
+          "imageServiceEndpoint", "resolvConf", "hairpinMode", "cgroupRoot", "kubeletCgroups",
+          "systemCgroups", "systemReservedCgroup", "kubeReservedCgroup", "staticPodPath",
+          "staticPodURL", "podCIDR", "clusterDomain", "providerID", "containerLogMaxSize",
+          "address", "healthzBindAddress", "tlsCertFile", "tlsPrivateKeyFile", "tlsMinVersion",
+          "volumePluginDir", "kubeAPIContentType", "configMapAndSecretChangeDetectionStrategy",
+          "showHiddenMetricsForVersion", "podLogsDir", "apiVersion", "kind"), STRING),
+        (("kubeReserved", "systemReserved", "evictionHard", "evictionSoft",
+          "evictionSoftGracePeriod", "evictionMinimumReclaim", "cpuManagerPolicyOptions",
+          "topologyManagerPolicyOptions", "qosReserved"), MAP_STRING),
+        (("featureGates",), MAP_BOOL),
+        (("clusterDNS", "enforceNodeAllocatable", "allowedUnsafeSysctls", "tlsCipherSuites"),
+         LIST_STRING)):
+    for _name in _names:
+        FIELD_TYPES[_name] = _type
+_INT_RANGES = {INT32: (-(1 << 31), (1 << 31) - 1), INT64: (-(1 << 63), (1 << 63) - 1)}
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True,
+               "off": False}
+_DURATION_RE = re.compile(r"^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|\u00b5s|ms|s|m|h))+$|^0$")
+
+
+def _bad(key, value, want):
+    return SettingsError("settings.%s must be %s (KubeletConfiguration v1beta1), got %r"
+                         % (key, want, value))
+
+
+def _coerce_scalar(key, value, kind):
+    if kind in _INT_RANGES:
+        if isinstance(value, str) and re.match(r"^[-+]?[0-9]{1,20}$", value.strip()):
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(key, value, "an integer (%s)" % kind)
+        low, high = _INT_RANGES[kind]
+        if not low <= value <= high:
+            raise _bad(key, value, "an %s within %d..%d" % (kind, low, high))
+        return value
+    if kind == BOOL:
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise _bad(key, value, "a boolean (true or false)")
+        return value
+    if kind == FLOAT:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise _bad(key, value, "a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                math.isnan(value) or math.isinf(value):
+            raise _bad(key, value, "a finite number")
+        return float(value)
+    if kind == DURATION:
+        if not isinstance(value, str) or not _DURATION_RE.match(value.strip()):
+            raise _bad(key, value, "a duration string such as 10s, 1m30s or 2h")
+        return value.strip()
+    if kind == STRING:
+        if isinstance(value, bool) or isinstance(value, float) or not \
+                isinstance(value, (str, int)):
+            raise _bad(key, value, "a string")
+        return value if isinstance(value, str) else str(value)
+    return value
+
+
+def coerce_settings(settings):
+    """``settings`` with values converted to the KubeletConfiguration's field types
+    (:data:`FIELD_TYPES`); ``None`` (remove the key) is kept. Raises SettingsError naming the key,
+    the value and the type it must have."""
+    if not isinstance(settings, dict):
+        raise SettingsError("settings must be a mapping of KubeletConfiguration keys, got %r"
+                            % (settings,))
+    out = {}
+    for key, value in settings.items():
+        if not isinstance(key, str) or not key:
+            raise SettingsError("settings keys must be KubeletConfiguration field names, got %r"
+                                % (key,))
+        kind = FIELD_TYPES.get(key)
+        if value is None or kind is None:
+            out[key] = value
+        elif kind in (MAP_STRING, MAP_BOOL):
+            if not isinstance(value, dict):
+                raise _bad(key, value, "a mapping (%s)" % kind)
+            inner = BOOL if kind == MAP_BOOL else STRING
+            out[key] = dict((k, None if v is None else _coerce_scalar("%s.%s" % (key, k), v, inner))
+                            for k, v in value.items())
+        elif kind == LIST_STRING:
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list):
+                raise _bad(key, value, "a list of strings")
+            out[key] = [_coerce_scalar("%s[%d]" % (key, i), v, STRING)
+                        for i, v in enumerate(value)]
+        else:
+            out[key] = _coerce_scalar(key, value, kind)
+    return out

@@ -12,15 +12,23 @@ __metaclass__ = type
 import os
 import time
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+    DEFAULT_PACKAGE,
     gather_kubelet_facts,
     unanswered_allocations,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
+JOURNAL_TIMEOUT = 30.0
+JOURNAL_MAX_BYTES = 32 << 20
+
 
 def kubelet_allocation_log(params, run_command, get_bin_path):
-    """Unanswered device-plugin calls from the kubelet's journal (never fails the task)."""
+    """Unanswered device-plugin calls from the kubelet's journal (never fails the task).
+
+    ``journalctl`` runs with a deadline and an output bound (safe_io.run_command);
+    ``run_command`` is accepted for the calling convention and not used."""
     out = {"source": None, "unit": params["journal_unit"], "since": params["journal_since"],
            "error": None, "unanswered": []}
     if not params["scan_journal"]:
@@ -29,20 +37,52 @@ def kubelet_allocation_log(params, run_command, get_bin_path):
     if journalctl is None:
         out["error"] = "journalctl not found"
         return out
-    rc, stdout, stderr = run_command(
-        [journalctl, "-u", params["journal_unit"], "--since", params["journal_since"],
-         "-o", "short-unix", "--no-pager", "-q"],
-        environ_update={"SYSTEMD_PAGER": "", "LC_ALL": "C"})
-    if rc != 0:
-        out["error"] = (stderr or stdout).strip()[:500] or "journalctl exited %d" % rc
+    timeout = params.get("timeout", JOURNAL_TIMEOUT) or JOURNAL_TIMEOUT
+    try:
+        res = safe_io.run_command(
+            [journalctl, "-u", params["journal_unit"], "--since", params["journal_since"],
+             "-o", "short-unix", "--no-pager", "-q"], timeout, limit=JOURNAL_MAX_BYTES,
+            env=dict(os.environ, SYSTEMD_PAGER="", LC_ALL="C"))
+    except (safe_io.UnsafeInput, OSError) as e:
+        out["error"] = str(e)
+        return out
+    if res.rc != 0:
+        out["error"] = (res.text("stderr") or res.text()).strip()[:500] or \
+            "journalctl exited %d" % res.rc
         return out
     out["source"] = "journal"
-    out["unanswered"] = unanswered_allocations(stdout.splitlines(), now=time.time())
+    out["unanswered"] = unanswered_allocations(res.text().splitlines(), now=time.time())
     return out
 
 
+def kubelet_facts_validate(params):
+    """Option checks; raises ProbeFailed naming the bad value."""
+    try:
+        safe_io.check_unit_name(params["journal_unit"], "journal_unit")
+        safe_io.check_package_name(params.get("kubelet_package") or DEFAULT_PACKAGE,
+                                   "kubelet_package")
+        safe_io.check_path(params["proc_path"], "proc_path")
+        if params["config_path"] is not None:
+            safe_io.check_path(params["config_path"], "config_path")
+        if "timeout" in params and params["timeout"] is not None:
+            params["timeout"] = safe_io.check_timeout(params["timeout"], minimum=0.1,
+                                                      maximum=3600)
+        since = params["journal_since"]
+        if not isinstance(since, str) or not since.strip() or len(since) > 64 or \
+                any(ord(c) < 32 for c in since):
+            raise safe_io.UnsafeInput("journal_since must be a journalctl --since time such as "
+                                      "-2h, got %r" % (since,))
+    except safe_io.UnsafeInput as e:
+        raise ProbeFailed(str(e))
+
+
 def kubelet_facts_run(params, run_command, get_bin_path):
-    """kubelet_facts: ``{"changed": False, "ansible_facts": {"kubelet": facts}}``."""
+    """kubelet_facts: ``{"changed": False, "ansible_facts": {"kubelet": facts}}``.
+
+    ``params`` may omit the newer options (``kubelet_package``, ``timeout``, ``node_version``):
+    audit_node passes the original ones."""
+    params = dict(params)
+    kubelet_facts_validate(params)
     proc_path = params["proc_path"]
     config_path = params["config_path"]
     if not proc_path or not os.path.isdir(proc_path):
@@ -53,7 +93,11 @@ def kubelet_facts_run(params, run_command, get_bin_path):
         if os.path.isdir(config_path):
             raise ProbeFailed("config_path %r is a directory, not a KubeletConfiguration file"
                               % (config_path,))
+    timeout = params.get("timeout") or 5.0
     facts = gather_kubelet_facts(proc_path=proc_path, config_path=config_path,
-                                 path_binary=get_bin_path("kubelet"))
+                                 version_timeout=min(timeout, 30.0),
+                                 unit=params["journal_unit"], get_bin_path=get_bin_path,
+                                 package=params.get("kubelet_package") or DEFAULT_PACKAGE,
+                                 node_version=params.get("node_version"))
     facts["allocation_log"] = kubelet_allocation_log(params, run_command, get_bin_path)
     return dict(changed=False, ansible_facts={"kubelet": facts})

@@ -18,9 +18,13 @@ block-YAML subset that kubelet configs use (kubeadm, EKS, GKE and hand-written o
 Scalars resolve like PyYAML's SafeLoader (YAML 1.1): ``yes``/``on``/``true`` are booleans,
 ``~``/``null`` is None, ``0x1F``/``017``/``1_000``/``1:30`` are integers, ``1.5``/``.inf`` are
 floats, ``1e3`` is a string. Differences from PyYAML, all outside what kubelet configs contain:
-timestamps stay strings, and anchors, aliases, tags, complex (``?``) keys, multi-line quoted
-scalars and multiple documents raise ``ConfigParseError`` with the line number instead of
-being parsed. Nothing here raises anything but ``ConfigParseError`` for bad input.
+timestamps stay strings, and tags, complex (``?``) keys, multi-line quoted scalars and
+multiple documents raise ``ConfigParseError`` with the line number instead of being parsed.
+
+Anchors and aliases are refused by every reader (PyYAML included): a 361-byte "billion
+laughs" file expands to millions of nodes, and a rewrite would write them all out. Nesting
+deeper than ``MAX_DEPTH`` is refused too (no RecursionError). Nothing here raises anything
+but ``ConfigParseError`` for bad input.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -71,6 +75,10 @@ _DQ_ESCAPES = {
 }
 _DQ_HEX = {"x": 2, "u": 4, "U": 8}
 _FLOW_INDICATORS = ",[]{}"
+ANCHORS_REFUSED = ("YAML anchors and aliases (&name, *name) are refused: an alias can expand a "
+                   "small file into a huge one; write the values out")
+# Far deeper than any KubeletConfiguration (4 levels); bounds the recursion of every reader.
+MAX_DEPTH = 64
 
 
 def resolve_plain(text, line=None):
@@ -441,7 +449,7 @@ class _SubsetParser:
         if first in "[{":
             return self.parse_flow(rest, ln)
         if first in "&*":
-            raise ConfigParseError("anchors and aliases are not supported without PyYAML", ln.no)
+            raise ConfigParseError(ANCHORS_REFUSED, ln.no)
         if first == "!":
             raise ConfigParseError("tags are not supported without PyYAML", ln.no)
         if first in "'\"":
@@ -616,7 +624,7 @@ class _FlowParser:
             value, self.i = parse_quoted(self.text, self.i, self.line)
             return value
         if c in "&*":
-            self.error("anchors and aliases are not supported without PyYAML")
+            self.error(ANCHORS_REFUSED)
         if c == "!":
             self.error("tags are not supported without PyYAML")
         return self.plain()
@@ -691,7 +699,43 @@ def parse_yaml_subset(text):
     """Parse one YAML document of the supported subset; raise ConfigParseError on anything else."""
     if not isinstance(text, str):
         raise ConfigParseError("expected text, got %s" % type(text).__name__)
-    return _SubsetParser(text).parse_document()
+    try:
+        data = _SubsetParser(text).parse_document()
+    except RecursionError:
+        raise ConfigParseError("nested more deeply than this parser reads (limit %d levels)"
+                               % MAX_DEPTH)
+    check_depth(data)
+    return data
+
+
+def check_depth(data, limit=MAX_DEPTH):
+    """Raise ConfigParseError when ``data`` nests more than ``limit`` levels (iterative)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                raise ConfigParseError("nested more than %d levels deep; not a "
+                                       "KubeletConfiguration" % limit)
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+
+
+def _yaml_precheck(text, loader):
+    """Walk PyYAML's event stream (linear in the text, nothing expanded): refuse anchors,
+    aliases and nesting deeper than MAX_DEPTH before anything is constructed."""
+    depth = 0
+    for event in _yaml.parse(text, Loader=loader):
+        if isinstance(event, _yaml.AliasEvent) or getattr(event, "anchor", None):
+            mark = getattr(event, "start_mark", None)
+            raise ConfigParseError(ANCHORS_REFUSED, mark.line + 1 if mark else None)
+        if isinstance(event, (_yaml.MappingStartEvent, _yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigParseError("nested more than %d levels deep; not a "
+                                       "KubeletConfiguration" % MAX_DEPTH)
+        elif isinstance(event, (_yaml.MappingEndEvent, _yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def to_plain(data):
@@ -728,15 +772,25 @@ def load_config_text(text, use_pyyaml=None):
         raise ConfigParseError("PyYAML is not installed")
     if text.lstrip().startswith("{"):
         try:
-            return json.loads(text), "json"
+            data = json.loads(text)
+        except RecursionError:
+            raise ConfigParseError("nested more deeply than the JSON reader goes")
         except ValueError:
             pass  # JSON-looking YAML (flow mapping with comments, single quotes...)
+        else:
+            check_depth(data)
+            return data, "json"
     if use_pyyaml:
         loader = getattr(_yaml, "CSafeLoader", None) or _yaml.SafeLoader
         try:
+            _yaml_precheck(text, loader)
             data = _yaml.load(text, Loader=loader)  # nosec - a SafeLoader
+        except ConfigParseError:
+            raise
         except _yaml.YAMLError as e:
             raise ConfigParseError(" ".join(str(e).split()))
+        except RecursionError:
+            raise ConfigParseError("nested more deeply than PyYAML reads")
         except (ValueError, TypeError, OverflowError) as e:
             raise ConfigParseError("%s: %s" % (type(e).__name__, e))
         return to_plain(data), "pyyaml"

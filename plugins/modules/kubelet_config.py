@@ -40,8 +40,12 @@ options:
   path:
     description:
       - The KubeletConfiguration file.
-      - When omitted, the C(--config) file of the running kubelet (found in O(proc_path) as
-        M(kubegpu.fleet.kubelet_facts) does), else C(/var/lib/kubelet/config.yaml).
+      - When omitted, the C(--config) file of the running kubelet (identified as
+        M(kubegpu.fleet.kubelet_facts) does, see O(kubelet_unit)), else
+        C(/var/lib/kubelet/config.yaml).
+      - The file and its directory must be owned by root and not writable by group or others
+        (nor a symlink another user owns); the module refuses to edit it otherwise and says
+        why.
     type: path
   settings:
     description:
@@ -49,6 +53,12 @@ options:
         key; lists and scalars replace; V(null) removes the key.
       - When the result touches C(evictionHard), the missing kubelet defaults are added (see
         O(complete_eviction_hard)).
+      - Values are converted to the types of the KubeletConfiguration v1beta1 fields, so
+        C(settings=maxPods=110 failSwapOn=false) writes the integer C(110) and the boolean
+        C(false); integers (int32/int64 ranges), booleans and C(memoryThrottlingFactor) are
+        converted from strings, durations (C(syncFrequency)...) must be duration strings, and
+        string fields, maps of strings (C(kubeReserved)...) and C(featureGates) (booleans) are
+        converted too. A value that does not convert fails the task naming the key.
     type: dict
     default: {}
   memory_reservation:
@@ -139,6 +149,15 @@ options:
     description: Where the node's procfs is mounted (running kubelet, C(meminfo)).
     type: path
     default: /proc
+  kubelet_unit:
+    description:
+      - systemd unit of the kubelet. Its main PID is the kubelet whose C(--config) is the
+        default O(path) and whose flags are checked; without systemd, a process named
+        C(kubelet) in that unit's cgroup, else the one root process named C(kubelet) running a
+        root-owned executable that is not group/world-writable. Processes merely named
+        C(kubelet) are ignored with a warning (see M(kubegpu.fleet.kubelet_facts)).
+    type: str
+    default: kubelet
   backup:
     description: Copy every file to C(<file>.<timestamp>.<ns>.bak) (mode 0600) before rewriting it.
     type: bool
@@ -163,6 +182,12 @@ attributes:
 notes:
   - Runs on Python 3.8 and later; PyYAML is optional on the node (RV(parser) tells which
     parser read the file).
+  - Files are read without blocking and with a size bound (a FIFO, socket, directory or
+    symlink loop is refused, as is text that is not UTF-8); YAML anchors and aliases are
+    refused (a rewrite would write their expansion out), and so is nesting deeper than 64
+    levels.
+  - A failed write (disk full...) fails the task with RV(changed) false for every file that
+    kept its content; the original file is intact and no temp file or empty backup is left.
 seealso:
   - module: kubegpu.fleet.kubelet_facts
   - name: Reserve compute resources for system daemons
@@ -273,6 +298,21 @@ flag_files_changed:
       description: The flag words removed, as C(VARIABLE --flag=value).
       type: list
       elements: str
+kubelet:
+  description: The kubelet whose command line was used, and how it was identified.
+  returned: always
+  type: dict
+  contains:
+    pid:
+      description: Its PID, or null when no kubelet was identified.
+      type: int
+    identified_by:
+      description: V(systemd), V(cgroup), V(root-owned) or null (see O(kubelet_unit)).
+      type: str
+    impostors:
+      description: Processes named C(kubelet) that were ignored, with C(pid), C(uid), C(exe), C(why).
+      type: list
+      elements: dict
 memory_reservation:
   description: The sizing decision when O(memory_reservation) is given, else null.
   returned: always
@@ -291,13 +331,17 @@ memory_reservation:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.fleet.plugins.module_utils import kubelet_yaml
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import atomic_write, backup_file
+from ansible_collections.kubegpu.fleet.plugins.module_utils import kubelet_yaml, safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
+    atomic_write,
+    backup_file,
+    unsafe_target,
+)
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
     CONFIG_MAX_BYTES,
     DEFAULT_CONFIG_PATH,
-    find_kubelet_processes,
     flag_value,
+    identify_kubelet,
     kubelet_view_paths,
     load_dropins,
     parse_flags,
@@ -307,6 +351,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_config impor
     SettingsError,
     changed_paths,
     check_round_trip,
+    coerce_settings,
     complete_eviction_hard,
     deep_merge,
     flag_values,
@@ -324,25 +369,59 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_config impor
 )
 
 
-def _read_text(module, path, what):
+IDENTIFY_TIMEOUT = 10.0
+
+
+def _read_text(module, path, what, result=None):
+    """The UTF-8 text of ``path``: bounded, never blocks (FIFO, socket, device, directory and
+    symlink loops are refused); fails the module naming the file otherwise."""
+    result = result or {}
     try:
-        with open(path, "rb") as f:
-            data = f.read(CONFIG_MAX_BYTES + 1)
+        data = safe_io.read_bytes(path, CONFIG_MAX_BYTES)
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg="cannot read %s: %s; nothing was changed" % (what, e), **result)
     except (IOError, OSError) as e:
-        module.fail_json(msg="cannot read %s %s: %s" % (what, path, e.strerror or e))
-    if len(data) > CONFIG_MAX_BYTES:
-        module.fail_json(msg="%s %s is larger than %d bytes" % (what, path, CONFIG_MAX_BYTES))
+        module.fail_json(msg="cannot read %s %s: %s" % (what, path, e.strerror or e), **result)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        module.fail_json(msg="%s %s is not UTF-8 text: %s" % (what, path, e))
+        module.fail_json(msg="%s %s is not UTF-8 text (byte %d); nothing was changed"
+                             % (what, path, e.start), **result)
 
 
-def _kubelet(proc_path):
-    procs = find_kubelet_processes(proc_path)
-    if not procs:
-        return None, []
-    return procs[0], parse_flags(procs[0]["argv"][1:])[0]
+def _kubelet(module):
+    """The identified kubelet (never a process merely named kubelet) and its flag pairs."""
+    p = module.params
+    systemctl = module.get_bin_path("systemctl")
+    found = identify_kubelet(p["proc_path"], p["kubelet_unit"], systemctl, IDENTIFY_TIMEOUT)
+    for imp in found["rejected"]:
+        module.warn("process %s is named kubelet but is not the kubelet (uid %s, executable %s): "
+                    "%s; its flags are ignored" % (imp["pid"], imp["uid"], imp["exe"],
+                                                   imp["why"]))
+    for err in found["errors"]:
+        module.warn(err)
+    info = {"pid": found["proc"]["pid"] if found["proc"] else None,
+            "identified_by": found["method"], "impostors": found["rejected"]}
+    if found["proc"] is None:
+        return None, [], info
+    return found["proc"], parse_flags(found["proc"]["argv"][1:])[0], info
+
+
+def _validate(module):
+    """Option values that name a unit or a path: refuse globs, options and odd paths."""
+    p = module.params
+    try:
+        safe_io.check_unit_name(p["kubelet_unit"], "kubelet_unit")
+        safe_io.check_path(p["proc_path"], "proc_path")
+        if p["path"] is not None:
+            safe_io.check_path(p["path"], "path")
+        for i, path in enumerate(p["flag_files"]):
+            safe_io.check_path(path, "flag_files[%d]" % i)
+        for i, path in enumerate(p["unit_dropin_dirs"]):
+            safe_io.check_path(path, "unit_dropin_dirs[%d]" % i)
+        p["settings"] = coerce_settings(p["settings"] or {})
+    except (safe_io.UnsafeInput, SettingsError) as e:
+        module.fail_json(msg=str(e))
 
 
 class FlagSources(object):
@@ -368,7 +447,7 @@ class FlagSources(object):
                 files.extend(parsed["environment_files"])
         seen = set()
         for path in files:
-            if path in seen or not os.path.isfile(path):
+            if path in seen or not os.path.lexists(path):
                 continue
             seen.add(path)
             self.env_files.append((path, _read_text(module, path, "kubelet flag file")))
@@ -465,18 +544,20 @@ def main():
                                            "/usr/lib/systemd/system/kubelet.service.d",
                                            "/lib/systemd/system/kubelet.service.d"]),
             proc_path=dict(type="path", default="/proc"),
+            kubelet_unit=dict(type="str", default="kubelet"),
             backup=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    _validate(module)
     if not os.path.isdir(p["proc_path"]):
         module.fail_json(msg="proc_path %r is not a directory" % p["proc_path"])
     mr = p["memory_reservation"]
     if mr is not None and mr["node_memory_bytes"] is not None and mr["node_memory_bytes"] <= 0:
         module.fail_json(msg="memory_reservation.node_memory_bytes must be positive, got %d"
                              % mr["node_memory_bytes"])
-    proc, pairs = _kubelet(p["proc_path"])
+    proc, pairs, kubelet_info = _kubelet(module)
     path = p["path"]
     if not path:
         flag_config = flag_value(pairs, "config") if proc else None
@@ -486,14 +567,20 @@ def main():
             path = DEFAULT_CONFIG_PATH
     result = dict(changed=False, path=path, format=None, parser=None, changed_keys=[],
                   backup_file=None, config={}, restart_required=False, flag_conflicts=[],
-                  flag_files_changed=[], memory_reservation=None)
+                  flag_files_changed=[], memory_reservation=None, kubelet=kubelet_info)
     if os.path.isdir(path):
         module.fail_json(msg="path %s is a directory, not a KubeletConfiguration file" % path,
                          **result)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         module.fail_json(msg="%s does not exist; the kubelet config file must exist to be "
                              "edited" % path, **result)
-    text = _read_text(module, path, "KubeletConfiguration")
+    text = _read_text(module, path, "KubeletConfiguration", result)
+    problem = unsafe_target(path)
+    if problem:
+        module.fail_json(msg="refusing to edit %s: %s. A file root rewrites must be writable by "
+                             "root only, or another user chooses what root writes; fix its "
+                             "ownership and mode (chown root:root, chmod go-w)" % (path, problem),
+                         **result)
     try:
         config, parser = kubelet_yaml.load_config_text(text)
     except kubelet_yaml.ConfigParseError as e:
@@ -573,6 +660,10 @@ def main():
             variables = set(n for _i, n, _v, _q in parse_env_text(env_text))
             new_env, removed = remove_flags_from_env_text(env_text, variables, names)
             if removed:
+                problem = unsafe_target(env_path)
+                if problem:
+                    module.fail_json(msg="refusing to edit %s to move its flags: %s; nothing was "
+                                         "changed" % (env_path, problem), **result)
                 env_edits.append((env_path, env_text, new_env, removed))
                 diffs.append({"before": env_text, "after": new_env, "before_header": env_path,
                               "after_header": env_path})
@@ -586,19 +677,28 @@ def main():
                                          "removed": ["%s %s" % r for r in e[3]]} for e in env_edits]
         module.exit_json(**result)
 
+    written = []
     try:
         if config_changed:
             if p["backup"]:
                 result["backup_file"] = backup_file(path)
             atomic_write(path, new_text)
+            written.append(path)
         for env_path, _old, new_env, removed in env_edits:
             bak = backup_file(env_path) if p["backup"] else None
             atomic_write(env_path, new_env)
+            written.append(env_path)
             result["flag_files_changed"].append({"path": env_path, "backup_file": bak,
                                                  "removed": ["%s %s" % r for r in removed]})
     except (IOError, OSError) as e:
-        module.fail_json(msg="cannot write %s: %s" % (getattr(e, "filename", None) or path, e),
-                         **result)
+        # Only what was really written counts as changed; the rest keeps its old content.
+        result["changed"] = result["restart_required"] = bool(written)
+        if path not in written:
+            result["config"] = config
+            result["changed_keys"] = []
+        result.pop("diff", None)
+        module.fail_json(msg="%s%s" % (e, "; already written: %s" % ", ".join(written)
+                                       if written else "; nothing was changed"), **result)
     module.exit_json(**result)
 
 

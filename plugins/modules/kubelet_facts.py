@@ -12,10 +12,17 @@ module: kubelet_facts
 short_description: Gather kubelet process, flag, configuration and memory-reservation facts
 version_added: 0.1.0
 description:
-  - Finds the running kubelet by scanning C(<proc_path>/[0-9]*/) (command name or argv[0]
-    basename C(kubelet)), robust to processes vanishing mid-scan, and parses its command line
-    the way the kubelet's flag library does (C(--flag=value), C(--flag value), bare booleans,
-    repeated flags).
+  - Finds the running kubelet the way the node knows it, never by its name alone (any user can
+    start a program named C(kubelet)) - the main PID of the kubelet systemd unit
+    (O(journal_unit), C(systemctl show -p MainPID), with the host's C(/proc) only), else a
+    process named C(kubelet) in that unit's system cgroup, else the one process named
+    C(kubelet) that runs as root (real and effective uid 0) from an executable owned by root
+    and not writable by group or others. Processes named C(kubelet) that fail these tests are
+    reported in RV(ansible_facts.kubelet.impostors) with a warning and never used; when
+    several root-owned ones remain and systemd cannot tell, none is used.
+  - Parses the kubelet's command line the way the kubelet's flag library does
+    (C(--flag=value), C(--flag value), bare booleans, repeated flags), robust to processes
+    vanishing mid-scan.
   - Reads the KubeletConfiguration file (C(--config), else C(/var/lib/kubelet/config.yaml), or
     O(config_path)) as JSON or YAML. PyYAML is used when the node has it; otherwise a built-in
     parser for the block-YAML subset kubelet configs use. C(--config-dir) drop-ins
@@ -27,9 +34,15 @@ description:
   - A missing, unreadable or malformed config file does not fail the task; it is reported in
     RV(ansible_facts.kubelet.config_error) so an audit keeps going. So are bad quantities
     (RV(ansible_facts.kubelet.errors)).
-  - The version comes from running the kubelet binary with C(--version) (the running process'
-    executable through C(<proc_path>/<pid>/exe), else C(kubelet) on PATH) with a 5 second
-    limit; failing that it is null with RV(ansible_facts.kubelet.version_error) set.
+  - No binary is ever executed. The version comes from the package database (C(dpkg-query),
+    else C(rpm), for O(kubelet_package), each with a deadline of O(timeout)), else from
+    O(node_version) (the Node's C(status.nodeInfo.kubeletVersion)); failing that it is null
+    with RV(ansible_facts.kubelet.version_error) set. RV(ansible_facts.kubelet.version_source)
+    says which.
+  - Every file is read without blocking and with a size bound (a FIFO, socket, device,
+    directory or symlink loop where a file is expected is reported, not waited on); YAML
+    anchors and aliases are refused (an alias bomb costs nothing); every command has a
+    deadline.
   - The kubelet command line in C(/proc) is authoritative; systemd drop-ins and
     C(KUBELET_EXTRA_ARGS) environment files are not read.
 author:
@@ -57,13 +70,30 @@ options:
     type: bool
     default: true
   journal_unit:
-    description: systemd unit of the kubelet.
+    description:
+      - systemd unit of the kubelet - its main PID is the kubelet, and its journal is read.
+      - A unit name (letters, digits, C(:_.-@\\)); globs and options are refused.
     type: str
     default: kubelet
   journal_since:
     description: How far back to read the journal (C(journalctl --since) syntax).
     type: str
     default: -2h
+  kubelet_package:
+    description: Package that installs the kubelet, asked for the version.
+    type: str
+    default: kubelet
+  node_version:
+    description:
+      - The Node's C(status.nodeInfo.kubeletVersion) (for example from the API on the
+        controller), used for the version when the package database has none.
+    type: str
+  timeout:
+    description:
+      - Deadline in seconds for each external command (C(systemctl), C(dpkg-query)/C(rpm),
+        C(journalctl)); a command past it is killed with its descendants.
+    type: float
+    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
@@ -132,14 +162,42 @@ ansible_facts:
           type: bool
           returned: always
         pid:
-          description: PID of the kubelet (the oldest when several run), or null.
+          description: PID of the identified kubelet, or null.
           type: int
           returned: always
         pids:
-          description: PIDs of every kubelet process found, oldest first.
+          description: PIDs of every process named C(kubelet), oldest first (impostors too).
           type: list
           elements: int
           returned: always
+        identified_by:
+          description: How the kubelet was identified - V(systemd) (the unit's MainPID),
+            V(cgroup) (in the unit's system cgroup, as root), V(root-owned) (the one root
+            process from a root-owned executable), or null.
+          type: str
+          returned: always
+        unit:
+          description: The kubelet systemd unit asked (O(journal_unit)).
+          type: str
+          returned: always
+        impostors:
+          description: Processes named C(kubelet) that are not the kubelet, and why.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            pid:
+              description: Their PID.
+              type: int
+            uid:
+              description: Their real uid.
+              type: int
+            exe:
+              description: Their executable.
+              type: str
+            why:
+              description: Why they were rejected.
+              type: str
         cmdline:
           description: The kubelet's argv (program first), from C(<proc_path>/<pid>/cmdline).
           type: list
@@ -171,11 +229,12 @@ ansible_facts:
           type: bool
           returned: always
         version:
-          description: kubelet version as C(--version) prints it, e.g. V(v1.31.4), or null.
+          description: kubelet version, e.g. V(v1.31.4), or null.
           type: str
           returned: always
         version_source:
-          description: V(process) (the running binary) or V(path:<binary>), or null.
+          description: C(package:<name> <version> (dpkg|rpm)) (the package database),
+            C(node:status.nodeInfo.kubeletVersion) (O(node_version)), or null.
           type: str
           returned: always
         version_error:
@@ -362,6 +421,9 @@ def main():
             scan_journal=dict(type="bool", default=True),
             journal_unit=dict(type="str", default="kubelet"),
             journal_since=dict(type="str", default="-2h"),
+            kubelet_package=dict(type="str", default="kubelet"),
+            node_version=dict(type="str"),
+            timeout=dict(type="float", default=30.0),
         ),
         supports_check_mode=True,
     )
@@ -369,6 +431,9 @@ def main():
         result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
+    for imp in result["ansible_facts"]["kubelet"]["impostors"]:
+        module.warn("process %s is named kubelet but is not the kubelet (uid %s, executable %s): "
+                    "%s; ignored" % (imp["pid"], imp["uid"], imp["exe"], imp["why"]))
     module.exit_json(**result)
 
 

@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "kubelet")
 sys.path.insert(0, FIXTURES)
 
-from kubelet_fakeproc import FakeProc, fixture_args, fixture_path, write_script  # noqa: E402
+from kubelet_fakeproc import FakeProc, fixture_args, fixture_path  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -42,7 +42,7 @@ def _tree(tmp_path, argv, config_name=None, config_file="config.yaml", mem=64 * 
     fp = FakeProc(tmp_path)
     fp.add_noise()
     fp.set_meminfo(mem)
-    exe = write_script(str(tmp_path / "kubelet-1.31.4"))
+    exe = fp.default_exe()   # leaves fp.executed_marker if anything ever runs it
     cfg = None
     if config_name is not None:
         cfg = tmp_path / config_file
@@ -73,7 +73,10 @@ def test_kubeadm_node_fake_proc_and_check_mode(ansible, tmp_path):
     res = run(ansible, {"proc_path": fp.path})
     facts = _facts(res)
     assert facts["running"] is True and facts["pid"] == 4242
-    assert facts["version"] == "v1.31.4" and facts["version_source"] == "process"
+    assert facts["identified_by"] == "root-owned" and facts["impostors"] == []
+    assert not os.path.exists(fp.executed_marker)            # never executed
+    if facts["version"] is None:                                # no kubelet package here
+        assert facts["version_source"] is None and "kubelet" in facts["version_error"]
     assert facts["flags"]["container-runtime-endpoint"] == \
         "unix:///var/run/containerd/containerd.sock"
     assert facts["config_path"] == str(cfg) and facts["config_parser"] == "pyyaml"
@@ -172,6 +175,12 @@ def test_bad_quantities_are_reported(ansible, tmp_path):
     ({"config_path": "relative/config.yaml"}, "must be an absolute path"),
     ({"config_path": "/"}, "config_path '/' is a directory"),
     ({"bogus": 1}, "Unsupported parameters"),
+    ({"journal_unit": "*"}, "journal_unit must be a systemd unit name"),
+    ({"journal_unit": "--all"}, "journal_unit must be a systemd unit name"),
+    ({"kubelet_package": "-kubelet"}, "kubelet_package must be a package name"),
+    ({"timeout": -1}, "timeout must be between"),
+    ({"timeout": "nan"}, "timeout must be between"),
+    ({"timeout": 1e300}, "timeout must be between"),
 ])
 def test_bad_options_fail_with_a_message(ansible, args, words):
     res = run(ansible, args)
@@ -247,7 +256,8 @@ def test_real_process_on_real_proc(ansible, tmp_path):
             pytest.skip("other kubelet processes run here: %s" % facts["pids"])
         assert facts["running"] is True and facts["pid"] == proc.pid
         assert facts["exe"] == binary and facts["exe_deleted"] is False
-        assert facts["version"] == "v1.31.4" and facts["version_source"] == "process"
+        assert facts["identified_by"] == "root-owned"
+        assert facts["version_source"] is None or facts["version_source"].startswith("package:")
         assert facts["config_path"] == str(cfg) and facts["config_loaded_by_kubelet"] is True
         assert facts["cpu_manager_policy"] == "none"          # flag beats the file's static
         assert facts["sources"]["cpu_manager_policy"] == "flag"

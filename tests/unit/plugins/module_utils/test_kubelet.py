@@ -355,20 +355,51 @@ def test_read_cmdline(tmp_path):
 
 
 # -- version ------------------------------------------------------------------------------
-def test_probe_version_real_shaped(tmp_path):
-    exe = write_script(str(tmp_path / "kubelet"))
-    assert k.probe_version(exe) == ("v1.31.4", None)
+def test_parse_version_output():
     assert k.parse_version_output("Kubernetes v1.30.5-gke.1014001\n") == "v1.30.5-gke.1014001"
     assert k.parse_version_output("Kubernetes v1.29.3-eks-ae9a62a") == "v1.29.3-eks-ae9a62a"
     assert k.parse_version_output("Python 3.11.7") is None
 
 
-def test_probe_version_failures_are_messages(tmp_path):
-    version, err = k.probe_version(str(tmp_path / "missing"))
-    assert version is None and "cannot run" in err and "missing" in err
-    odd = write_script(str(tmp_path / "odd"), "#!/bin/sh\necho 'unknown flag: --version'\nexit 2\n")
-    version, err = k.probe_version(odd)
-    assert version is None and "exit 2" in err and "unknown flag" in err
+def _fake_tools(tmp_path, **scripts):
+    """get_bin_path over stand-in dpkg-query/rpm scripts (the package database's interface)."""
+    bindir = tmp_path / "tools"
+    bindir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        write_script(str(bindir / name.replace("_", "-")), "#!/bin/sh\n" + body)
+
+    def get_bin_path(name):
+        path = bindir / name
+        return str(path) if path.exists() else None
+    return get_bin_path
+
+
+@pytest.mark.parametrize("body,version,source", [
+    ("echo 'ii |1.31.4-1.1'\n", "v1.31.4", "package:kubelet 1.31.4-1.1 (dpkg)"),
+    ("echo 'ii |1:1.30.2-00'\n", "v1.30.2", "package:kubelet 1:1.30.2-00 (dpkg)"),
+])
+def test_package_version_from_dpkg(tmp_path, body, version, source):
+    assert k.package_version(_fake_tools(tmp_path, dpkg_query=body)) == (version, source, None)
+
+
+def test_package_version_falls_back_to_rpm_and_reports_failures(tmp_path):
+    tools = _fake_tools(tmp_path, dpkg_query="echo 'dpkg-query: no packages found' >&2\nexit 1\n",
+                        rpm="echo 'ii |1.29.8-150500.1.1'\n")
+    assert k.package_version(tools) == ("v1.29.8", "package:kubelet 1.29.8-150500.1.1 (rpm)", None)
+    tools = _fake_tools(tmp_path / "b" if (tmp_path / "b").mkdir() is None else None,
+                        dpkg_query="printf 'rc |1.31.4-1.1'\n")
+    version, source, err = k.package_version(tools)
+    assert version is None and source is None and "status rc" in err
+    assert k.package_version(lambda name: None)[2] == \
+        "no package database (dpkg-query, rpm) on the node"
+
+
+def test_package_version_survives_hostile_output(tmp_path):
+    tools = _fake_tools(tmp_path, dpkg_query="printf 'ii |\\377\\376abc'\n")
+    version, _source, err = k.package_version(tools)
+    assert version is None and "not a Kubernetes version" in err
+    with pytest.raises(ValueError, match="kubelet package must be a package name"):
+        k.package_version(tools, package="-kubelet")
 
 
 def _alive(pid):
@@ -379,16 +410,12 @@ def _alive(pid):
         return False
 
 
-def test_probe_version_timeout_kills_the_whole_group(tmp_path):
+def test_package_version_deadline_kills_the_whole_group(tmp_path):
     pids = tmp_path / "pids"
-    hang = write_script(str(tmp_path / "hang"),
-                        "#!/bin/sh\nsleep 300 &\necho $$ $! > %s\nwait\n" % pids)
-    version, err = k.probe_version(hang, timeout=1.0)
-    assert version is None and "did not answer within 1.0s" in err
+    tools = _fake_tools(tmp_path, dpkg_query="sleep 300 &\necho $$ $! > %s\nwait\n" % pids)
+    version, _source, err = k.package_version(tools, timeout=1.0)
+    assert version is None and "did not finish within 1s" in err
     shell, child = [int(x) for x in pids.read_text().split()]
-    deadline = time.time() + 10
-    while time.time() < deadline and (_alive(shell) or _alive(child)):
-        time.sleep(0.05)
     assert not _alive(shell) and not _alive(child)
 
 
@@ -427,7 +454,20 @@ def test_read_config_file(tmp_path):
         "kind: KubeletConfiguration\n", str(good), None)
     assert k.read_config_file([missing]) == (None, None, "%s does not exist" % missing)
     text, path, err = k.read_config_file([str(tmp_path)])
-    assert text is None and "cannot read %s" % tmp_path in err
+    assert text is None and err == "%s is a directory; refusing to read it" % tmp_path
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    assert k.read_config_file([fifo])[2] == "%s is a FIFO; refusing to read it" % fifo
+    loop = str(tmp_path / "loop")
+    os.symlink(loop, loop)
+    assert k.read_config_file([loop])[2] == "%s: symlink loop" % loop
+    big = tmp_path / "big.yaml"
+    with open(str(big), "wb") as f:
+        f.truncate(k.CONFIG_MAX_BYTES + 1)
+    assert "more than the %d bytes" % k.CONFIG_MAX_BYTES in k.read_config_file([str(big)])[2]
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"kind: KubeletConfiguration\nx: caf\xe9\n")
+    assert k.read_config_file([str(latin)])[2] == "%s is not UTF-8 text (byte 33)" % latin
 
 
 def test_merge_patch():
@@ -475,8 +515,9 @@ def test_facts_kubeadm_node_with_flag_overrides(tmp_path):
     fp, cfg = _kubelet_tree(tmp_path, argv, _read("kubeadm-config.yaml.fixture"))
     facts = k.gather_kubelet_facts(fp.path)
     assert facts["running"] is True and facts["pid"] == 4242 and facts["pids"] == [4242]
-    assert facts["version"] == "v1.31.4" and facts["version_source"] == "process"
-    assert facts["version_error"] is None
+    assert facts["identified_by"] == "root-owned" and facts["impostors"] == []
+    assert facts["version"] is None and facts["version_source"] is None
+    assert facts["version_error"] == "no package database to ask and no Node object"
     assert facts["exe"] == str(tmp_path / "kubelet-bin") and facts["exe_deleted"] is False
     assert facts["flags"]["v"] == "4" and facts["flags_repeated"] == {"v": ["2", "4"]}
     assert facts["config_path"] == str(cfg) and facts["config_source"] == "flag"
@@ -639,7 +680,7 @@ def test_config_read_through_the_kubelets_root(tmp_path):
     assert facts["config_path"] == hidden
     assert facts["config_read_path"] == os.path.join(fp.path, "77", "root", hidden.lstrip("/"))
     assert facts["config_error"] is None and facts["cpu_manager_policy"] == "static"
-    assert facts["version"] is None and "cannot run" in facts["version_error"]
+    assert not os.path.exists(fp.executed_marker)
 
 
 def test_relative_config_resolved_against_kubelet_cwd(tmp_path):
@@ -657,12 +698,13 @@ def test_not_running_still_parses_config(tmp_path):
     fp.add_noise()
     cfg = tmp_path / "config.yaml"
     cfg.write_text(_read("gpu-static-config.yaml.fixture"))
-    exe = write_script(str(tmp_path / "kubelet"))
-    facts = k.gather_kubelet_facts(fp.path, config_path=str(cfg), path_binary=exe)
+    tools = _fake_tools(tmp_path, dpkg_query="echo 'ii |1.31.4-1.1'\n")
+    facts = k.gather_kubelet_facts(fp.path, config_path=str(cfg), get_bin_path=tools)
     assert facts["running"] is False and facts["pid"] is None and facts["pids"] == []
     assert facts["config_source"] == "option" and facts["config_loaded_by_kubelet"] is None
     assert facts["cpu_manager_policy"] == "static"
-    assert facts["version"] == "v1.31.4" and facts["version_source"] == "path:%s" % exe
+    assert facts["version"] == "v1.31.4"
+    assert facts["version_source"] == "package:kubelet 1.31.4-1.1 (dpkg)"
     assert facts["node_memory_bytes"] is None and facts["memory"]["allocatable_bytes"] is None
     assert facts["memory"]["recommended_reserved_bytes"] is None
 
@@ -716,28 +758,115 @@ def test_wrong_types_in_config_are_reported(tmp_path):
     assert facts["memory"]["enforce_node_allocatable"] == ["pods"]
 
 
-def test_several_kubelets_reported(tmp_path):
+def test_several_root_kubelets_are_ambiguous_and_none_is_used(tmp_path):
     fp = FakeProc(tmp_path)
     fp.add_process(500, ["/usr/bin/kubelet", "--v=1"], starttime=50)
     fp.add_process(400, ["/usr/bin/kubelet", "--v=2"], starttime=90)
     facts = k.gather_kubelet_facts(fp.path)
-    assert facts["pid"] == 500 and facts["pids"] == [500, 400]
-    assert "2 kubelet processes found (500, 400); reporting the oldest, pid 500" in facts["errors"]
+    assert facts["pid"] is None and facts["running"] is False and facts["pids"] == [500, 400]
+    assert facts["flags"] == {}
+    assert any("2 root-owned processes named kubelet (500, 400)" in e for e in facts["errors"])
 
 
-def test_deleted_exe_reported(tmp_path):
+def test_dangling_exe_is_not_trusted(tmp_path):
     fp = FakeProc(tmp_path)
-    fp.add_process(81, ["/usr/bin/kubelet"], exe="/usr/bin/kubelet (deleted)")
+    fp.add_process(81, ["/usr/bin/kubelet"], exe="/nonexistent/kubelet (deleted)")
     facts = k.gather_kubelet_facts(fp.path, version_timeout=2)
-    assert facts["exe"] == "/usr/bin/kubelet" and facts["exe_deleted"] is True
+    assert facts["running"] is False
+    assert facts["impostors"][0]["pid"] == 81
+    assert "executable cannot be examined" in facts["impostors"][0]["why"]
 
 
 def test_version_error_when_nothing_answers(tmp_path):
     fp = FakeProc(tmp_path)
-    facts = k.gather_kubelet_facts(fp.path)
+    facts = k.gather_kubelet_facts(fp.path, get_bin_path=lambda name: None)
     assert facts["version"] is None
-    assert facts["version_error"] == "kubelet is not running and no kubelet binary was found " \
-                                     "on PATH"
+    assert facts["version_error"] == "no package database (dpkg-query, rpm) on the node"
+    facts = k.gather_kubelet_facts(fp.path, get_bin_path=lambda name: None,
+                                   node_version="v1.32.4")
+    assert facts["version"] == "v1.32.4"
+    assert facts["version_source"] == "node:status.nodeInfo.kubeletVersion"
+
+
+# -- impostors (fake trees; the real-process test is tests/module/test_kubelet_impostor.py) --
+def _user_exe(tmp_path, mode=0o755, uid=65534):
+    path = tmp_path / "userbin" / "kubelet"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("#!/bin/sh\ntouch %s\n" % (tmp_path / "impostor-ran"))
+    os.chmod(str(path), mode)
+    os.chown(str(path), uid, uid)
+    return str(path)
+
+
+@pytest.mark.parametrize("impostor_first", [True, False])
+def test_impostor_never_wins_whichever_starts_first(tmp_path, impostor_first):
+    fp = FakeProc(tmp_path)
+    evil = ["/home/mallory/kubelet", "--config=/etc/shadow", "--root-dir=/home/mallory/x"]
+    real = ["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--root-dir=/var/lib/kl"]
+    fp.add_process(300, evil, exe=_user_exe(tmp_path), uid=65534,
+                   starttime=10 if impostor_first else 900)
+    fp.add_process(600, real, starttime=900 if impostor_first else 10)
+    facts = k.gather_kubelet_facts(fp.path)
+    assert facts["pid"] == 600 and facts["identified_by"] == "root-owned"
+    assert facts["root_dir"] == "/var/lib/kl" and facts["flags"]["config"] != "/etc/shadow"
+    assert facts["impostors"] == [{"pid": 300, "uid": 65534, "exe": _user_exe(tmp_path),
+                                   "why": "runs as uid 65534 (effective 65534), not root"}]
+    assert any("process 300 named kubelet" in e for e in facts["errors"])
+    assert not (tmp_path / "impostor-ran").exists() and not os.path.exists(fp.executed_marker)
+
+
+@pytest.mark.parametrize("uid,euid,mode,exe_uid,why", [
+    (1000, 1000, 0o755, 0, "runs as uid 1000 (effective 1000), not root"),
+    (1000, 0, 0o4755, 0, "runs as uid 1000 (effective 0), not root"),     # setuid-root binary
+    (0, 0, 0o755, 1000, "is owned by uid 1000, not root"),
+    (0, 0, 0o775, 0, "is writable by group (mode 0775)"),
+    (0, 0, 0o757, 0, "is writable by others (mode 0757)"),
+])
+def test_trust_rules(tmp_path, uid, euid, mode, exe_uid, why):
+    fp = FakeProc(tmp_path)
+    fp.add_process(42, ["/usr/bin/kubelet"], exe=_user_exe(tmp_path, mode, exe_uid), uid=uid,
+                   euid=euid)
+    found = k.identify_kubelet(fp.path)
+    assert found["proc"] is None and found["method"] is None
+    assert found["rejected"][0]["pid"] == 42 and why in found["rejected"][0]["why"]
+
+
+def test_interpreted_script_must_be_root_owned_too(tmp_path):
+    fp = FakeProc(tmp_path)
+    script = _user_exe(tmp_path)
+    fp.add_process(43, ["/bin/sh", script, "--root-dir=/x"], comm="kubelet", exe="/bin/sh")
+    found = k.identify_kubelet(fp.path)
+    assert found["proc"] is None and "its script %s is owned by uid 65534" % script in \
+        found["rejected"][0]["why"]
+    os.chown(script, 0, 0)
+    found = k.identify_kubelet(fp.path)
+    assert found["proc"]["pid"] == 43 and found["proc"]["argv"] == [script, "--root-dir=/x"]
+
+
+def test_unit_cgroup_picks_among_root_processes(tmp_path):
+    fp = FakeProc(tmp_path)
+    fp.add_process(50, ["/usr/bin/kubelet", "--v=1"])
+    d = fp.add_process(51, ["/usr/bin/kubelet", "--v=2"])
+    with open(os.path.join(d, "cgroup"), "w") as f:
+        f.write("0::/system.slice/kubelet.service\n")
+    # a user manager's kubelet.service is not the system unit
+    d = fp.add_process(52, ["/usr/bin/kubelet", "--v=3"], exe=_user_exe(tmp_path), uid=1000)
+    with open(os.path.join(d, "cgroup"), "w") as f:
+        f.write("0::/user.slice/user-1000.slice/user@1000.service/app.slice/kubelet.service\n")
+    found = k.identify_kubelet(fp.path, unit="kubelet")
+    assert found["method"] == "cgroup" and found["proc"]["pid"] == 51
+    assert sorted(r["pid"] for r in found["rejected"]) == [50, 52]
+
+
+def test_fifo_and_odd_proc_files_never_block(tmp_path):
+    fp = FakeProc(tmp_path)
+    d = fp.add_process(60, ["/usr/bin/kubelet"])
+    for name in ("cmdline", "status", "comm"):
+        os.unlink(os.path.join(d, name))
+        os.mkfifo(os.path.join(d, name))
+    os.mkfifo(os.path.join(fp.path, "meminfo"))
+    facts = k.gather_kubelet_facts(fp.path)
+    assert facts["running"] is False and facts["node_memory_bytes"] is None
 
 
 def test_unanswered_allocations_from_the_journal():

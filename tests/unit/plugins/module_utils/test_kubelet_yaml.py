@@ -172,8 +172,6 @@ def test_invalid_yaml_is_rejected_like_pyyaml(text, line, words):
 
 
 UNSUPPORTED = [
-    ("base: &anchor {a: 1}\n", "anchors"),
-    ("a: *alias\n", "anchors and aliases"),
     ("a: !!str 1\n", "tags"),
     ("? complex\n: key\n", "complex mapping keys"),
     ("<<: {a: 1}\n", "merge keys"),
@@ -187,6 +185,47 @@ def test_unsupported_constructs_say_so(text, words):
         parse_yaml_subset(text)
     assert words in str(e.value)
     assert "PyYAML" in str(e.value)
+
+
+BOMB = ("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + "".join("%s: &%s [%s]\n" % (n, n, ", ".join(["*" + p] * 9))
+                  for p, n in zip("abcdefgh", "bcdefghi")))
+
+
+@pytest.mark.parametrize("use_pyyaml", [True, False])
+@pytest.mark.parametrize("text", [
+    "base: &anchor {a: 1}\n",
+    "a: *alias\n",
+    "- &x 1\n- *x\n",
+    "k: [&x 1, *x]\n",
+    BOMB,
+])
+def test_anchors_and_aliases_are_refused_by_both_readers(text, use_pyyaml):
+    """A billion-laughs file (nine levels of nine aliases: 387 million nodes) is refused while
+    the events are read, before anything is built: it costs nothing."""
+    with pytest.raises(ConfigParseError) as e:
+        load_config_text(text, use_pyyaml=use_pyyaml)
+    assert "anchors and aliases (&name, *name) are refused" in str(e.value)
+    assert str(e.value).startswith("line ")
+
+
+@pytest.mark.parametrize("use_pyyaml", [True, False])
+@pytest.mark.parametrize("text", [
+    "[" * 100000,
+    "{" * 100000 + "}" * 100000,
+    "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 3000)),
+    "x: " + "[" * 5000 + "]" * 5000,
+    "x: " + "[" * 70 + "]" * 70,
+    "- " * 5000 + "a\n",
+])
+def test_deep_nesting_is_a_parse_error_not_a_recursion_error(text, use_pyyaml):
+    with pytest.raises(ConfigParseError):
+        load_config_text(text, use_pyyaml=use_pyyaml)
+
+
+def test_nesting_within_the_bound_reads():
+    text = "x: " + "[" * 60 + "1" + "]" * 60 + "\n"
+    assert load_config_text(text, use_pyyaml=False)[0] == load_config_text(text, use_pyyaml=True)[0]
 
 
 def test_error_is_a_value_error():
