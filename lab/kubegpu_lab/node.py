@@ -19,7 +19,7 @@ import uuid
 
 import yaml
 
-from . import cgroups
+from . import bootfs, cgroups
 from .profiles import kubelet_config
 from .util import (LabError, is_mountpoint, kill_quiet, pid_alive, read_json, run, spawn_daemon,
                    umount_tree, wait_port, write_file, write_json)
@@ -102,7 +102,8 @@ class Node(object):
         name = self.name
         self.put("/etc/hostname", name + "\n")
         self.put("/etc/hosts", "127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost\n" % name)
-        self.put("/etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
+        machine_id = uuid.uuid4().hex
+        self.put("/etc/machine-id", machine_id + "\n", 0o444)
         run(["ssh-keygen", "-A", "-f", self.rootfs], capture=True)
         self.put("/etc/ssh/sshd_config.d/10-kubegpu-lab.conf",
                  "Port %d\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\n"
@@ -114,6 +115,7 @@ class Node(object):
                  "# the lab's fake NVIDIA packages (kubegpu.fleet lab)\n"
                  "deb [trusted=yes] file:%s ./\n" % REPO_MOUNT)
         self.install_kit()
+        self.install_boot(spec["boot"], machine_id)
         cfg = {
             "lab": self.lab.name, "node": name, "index": spec["index"],
             "gpus": gpu_specs(spec), "mig_apply": spec["mig_apply"],
@@ -148,6 +150,22 @@ class Node(object):
         pkgs = packages_list(spec, catalog)
         if pkgs:
             self.apt_install(pkgs)
+
+    def install_boot(self, boot, machine_id):
+        """Installed kernels in /boot as the profile's distribution lays them out, around the
+        running (the host's) kernel release; see bootfs.py."""
+        for path, kind, data in bootfs.boot_entries(boot["layout"], os.uname().release, boot["pending_kernel"],
+                                                    machine_id):
+            if kind == "dir":
+                os.makedirs(self.p(path), exist_ok=True)
+            elif kind == "link":
+                self.link(path, data)
+            else:
+                full = self.p(path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "wb") as f:
+                    f.write(data)
+                os.chmod(full, 0o600 if "/vmlinuz-" in path or "System.map" in path else 0o644)
 
     def install_kit(self):
         """The lab's node-side code (fake kernel, kubelet, runtime, plugin) and its units."""

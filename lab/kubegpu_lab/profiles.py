@@ -11,6 +11,7 @@ import uuid
 
 import yaml
 
+from . import bootfs
 from .util import LabError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,6 +38,7 @@ BUILTIN_DEFAULTS = {
     "labels": {},
     "pods": [],
     "late_pods": [],
+    "boot": {"layout": "debian", "pending_kernel": False},
 }
 
 KUBELET_BASE_CONFIG = {
@@ -209,6 +211,9 @@ def validate_node(node, where):
     for key in ("pods", "late_pods"):
         if not isinstance(node.get(key), list):
             raise LabError("%s: node %s: %s must be a list" % (where, name, key))
+    problem = bootfs.validate(node.get("boot"), where, name)
+    if problem:
+        raise LabError(problem)
 
 
 def kubelet_config(node):

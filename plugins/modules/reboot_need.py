@@ -162,6 +162,9 @@ need:
       description: The sentinels that exist.
       type: list
       elements: str
+    boot_id:
+      description: The Node's C(status.nodeInfo.bootID) from O(node) (empty when not given), for the wait after the reboot.
+      type: str
     maintenance:
       description: The open maintenance annotation's value, or null.
       type: str

@@ -54,15 +54,17 @@ def release_key(release):
 
 def flavour(release):
     """The build flavour of a release: ``x86_64`` (``x86_64+debug``) on RHEL-family kernels,
-    ``amd64``/``cloud-amd64``/``generic``/``lowlatency`` on Debian and Ubuntu; None when the
-    release carries none (a vanilla ``6.18.0``)."""
+    ``amd#``/``cloud-amd#``/``generic``/``lowlatency`` on Debian and Ubuntu (numbers in the
+    suffix are written ``#``: they are builds, not flavours); None when the release carries none
+    (a vanilla ``6.18.0``)."""
     text = str(release or "")
     match = _RHEL_FLAVOUR_RE.search(text)
     if match:
         return match.group(0).lstrip(".")
     match = _DEB_FLAVOUR_RE.search(text)
     if match:
-        return match.group(1)
+        # numbers inside the suffix are builds, not flavours (6.18.44-fc-v669 and -fc-v670)
+        return re.sub(r"\d+", "#", match.group(1))
     return None
 
 
@@ -214,6 +216,8 @@ def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entr
             r for r in (kernel.get("reason"), driver.get("reason")) if r) or "nothing pending")
     if resume:
         msg = "resuming an unfinished maintenance (%s annotation); %s" % (annotation, msg)
-    return {"reboot": reboot, "resume": resume, "reasons": reasons, "pending_reasons": pending, "mode": mode,
+    boot_id = ((((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID")
+               if isinstance(node, dict) else None)
+    return {"reboot": reboot, "resume": resume, "reasons": reasons, "boot_id": boot_id or "", "pending_reasons": pending, "mode": mode,
             "planned": bool(planned), "kernel": kernel, "driver": driver, "sentinels": found,
             "maintenance": resume_value, "msg": msg}

@@ -5,7 +5,9 @@
 
 Input is what ``kubernetes.core.k8s_info`` returns (plain dicts) and what
 ``kubegpu.fleet.gpu_facts`` gathers. Nothing here talks to a cluster or a node; the role's
-tasks do, and call these functions through the ``kubegpu.fleet.rollout_*`` filters.
+tasks do, and call these functions through the ``kubegpu.fleet.rollout_decide`` action (and the
+``kubegpu.fleet.rollout_plan``/``rollout_leftover`` filters). Whether a node needs a reboot is
+plugin_utils/reboot_need.py.
 
 The budget follows the GPU Operator's driver upgrade controller (k8s-operator-libs
 ``pkg/upgrade``): ``maxUnavailable`` is a count or a percentage of the GPU nodes, percentages
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
 
@@ -261,7 +264,7 @@ def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_lab
         size = max(size, 1)
         serial.append(size)
         rest = rest[size:]
-    return {
+    out = {
         "gpu_nodes": gpu_total,
         "max_unavailable": max_unavailable,
         "limit": limit,
@@ -276,7 +279,14 @@ def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_lab
         "msg": ("%d target(s) in %d batch(es) %s; %d skipped; %d of %d GPU nodes already unavailable (%s), "
                 "limit %d" % (len(ordered), len(serial), serial, len(skipped), len(unavailable), gpu_total,
                               names, limit)),
+        "report": [
+            None,
+            "order: %s" % (", ".join(t["node"] for t in ordered) or "none"),
+            "skipped: %s" % ("; ".join("%s: %s" % (t["node"], t["reason"]) for t in skipped) or "none"),
+        ],
     }
+    out["report"][0] = out["msg"]
+    return out
 
 
 # --------------------------------------------------------------------------------- drain
@@ -466,28 +476,6 @@ def plugin_pod(pods, daemonsets=None, image_pattern="k8s-device-plugin"):
     return {"found": False, "pod": None, "phase": None, "ready": False, "running": False, "mig_strategy": "none"}
 
 
-# ------------------------------------------------------------------------ reboot needed
-
-def _version_key(text):
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~_]", str(text)) if p]
-
-
-def kernel_reboot_needed(running, installed):
-    """True when the newest installed kernel (``/boot/vmlinuz-<version>`` names or bare
-    versions) is not the running one; None when nothing is known (no kernels listed)."""
-    versions = []
-    for item in installed or []:
-        name = str(item).rsplit("/", 1)[-1]
-        if name.startswith("vmlinuz-"):
-            name = name[len("vmlinuz-"):]
-        if name and not name.endswith((".old", ".bak")):
-            versions.append(name)
-    if not versions or not running:
-        return None
-    newest = max(versions, key=_version_key)
-    return newest != str(running)
-
-
 # --------------------------------------------------------------------- node annotation
 
 def maintenance_annotation(record):
@@ -507,3 +495,203 @@ def parse_maintenance_annotation(text):
     if not isinstance(data, dict) or not isinstance(data.get("was_unschedulable"), bool):
         return None
     return data
+
+
+# ----------------------------------------------------------------- the role's decisions
+# Each function below is one step of kubegpu.fleet.rolling_reboot, called through the
+# kubegpu.fleet.rollout_decide action: the role's tasks only wire inputs and outputs.
+
+ROLE = "kubegpu.fleet.rolling_reboot"
+
+
+def _record_from(node, saved, now):
+    return {
+        "active": True, "drained": False, "node": node_name(node),
+        "was_unschedulable": (saved["was_unschedulable"] if saved
+                              else bool(((node or {}).get("spec") or {}).get("unschedulable"))),
+        "boot_id": (((node or {}).get("status") or {}).get("nodeInfo") or {}).get("bootID") or "",
+        "allocatable": (saved.get("allocatable") or {}) if saved else gpu_resources(node),
+        "started": saved.get("started", int(now)) if saved else int(now),
+        "resumed": bool(saved), "rebooted": False, "terminating_accepted": [],
+    }
+
+
+def start_maintenance(node, name, maintenance=None, annotation="kubegpu.io/maintenance",
+                      skip_label=DEFAULT_SKIP_LABEL, drain_timeout=600, now=0):
+    """Before the cordon: does the Node exist, does the skip label keep us away, is a maintenance
+    already running (active and drained: nothing to start), and the record of the node's state
+    before maintenance (from the annotation an earlier run left, else from the Node now).
+
+    Returns ``{exists, skip, already, record, annotations, drain_deadline, msg}``; ``annotations``
+    is what the cordon patch writes (nothing when the annotation is there already)."""
+    maintenance = maintenance if isinstance(maintenance, dict) else {}
+    out = {"exists": bool(node), "skip": False, "already": False, "record": maintenance, "annotations": {},
+           "drain_deadline": int(now) + int(drain_timeout)}
+    if not node:
+        out["msg"] = "no Node %s in the cluster (set kubegpu_node_name for this host)" % name
+        return out
+    if has_label(node, skip_label):
+        out.update(skip=True, msg="%s is labelled %s: not cordoned, drained, rebooted or changed" % (name, skip_label))
+        return out
+    if maintenance.get("active") and maintenance.get("drained"):
+        out.update(already=True, msg="%s: maintenance already running and drained" % name)
+        return out
+    annotations = ((node.get("metadata") or {}).get("annotations")) or {}
+    saved = parse_maintenance_annotation(annotations.get(annotation, ""))
+    record = _record_from(node, saved, now)
+    out["record"] = record
+    if not saved:
+        out["annotations"] = {annotation: maintenance_annotation(dict(record, by=ROLE))}
+    out["msg"] = "%s: cordon and drain (cordoned before: %s%s)" % (
+        name, record["was_unschedulable"], ", resuming the maintenance recorded on the Node" if saved else "")
+    return out
+
+
+def drain_verdict(name, pods, accept_terminating=False, pdbs=None, maintenance=None, timeout=None,
+                  pods_error=None, evict_error=None, wedged=False):
+    """After the eviction: are only DaemonSet, mirror and finished pods left? Returns ``{ok,
+    leftover, record, msg}``; ``record`` is the maintenance record marked drained (when ok)."""
+    leftover = leftover_pods(pods, accept_terminating) if pods_error is None else {
+        "ok": False, "blocking": [], "terminating": [], "accepted": [], "ignored": []}
+    record = dict(maintenance or {})
+    accepted = [p["pod"] for p in leftover["accepted"]]
+    if pods_error is None and leftover["ok"]:
+        record.update(drained=True, terminating_accepted=accepted)
+        msg = "%s drained" % name
+        if accepted:
+            msg += ("; %s were evicted but are still Terminating (kubelet %s), accepted because %s is true"
+                    % (", ".join(accepted), "wedged" if wedged else "slow",
+                       "kubegpu_node_wedged" if wedged else "kubegpu_drain_accept_terminating"))
+        return {"ok": True, "leftover": leftover, "record": record, "msg": msg}
+    blocking = [p["pod"] for p in leftover["blocking"]]
+    why = pods_error if pods_error is not None else drain_report(
+        leftover, pdbs_for_pods(pods, pdbs, blocking) if pdbs else None)
+    msg = "drain of %s did not finish within kubegpu_drain_timeout=%s s: %s." % (name, timeout, why)
+    if evict_error:
+        msg += " Last eviction error: %s." % evict_error
+    msg += " The node stays cordoned and the rollout stops."
+    return {"ok": False, "leftover": leftover, "record": record, "msg": msg}
+
+
+def validation_verdict(name, checks, api, driver_version="", timeout=None, maintenance=None, reboot=None):
+    """Is the node fit for GPU work again? ``checks``: kubegpu.fleet.rollout_node_check's result
+    (NVML probe, driver, module, checkpoint); ``api``: kubegpu.fleet.node_maintenance
+    ``state=validated``'s result (plugin pod, allocatable). ``reboot``: the Ready wait after the
+    reboot, when the node was rebooted (recorded). Returns ``{ok, validation, reasons, record, msg}``."""
+    checks = checks if isinstance(checks, dict) else {}
+    api = api if isinstance(api, dict) else {}
+    nvidia = checks.get("nvidia") or {}
+    probe = (nvidia.get("probe") or {}).get("status") or ("failed" if checks else "not run")
+    installed = nvidia.get("driver_version")
+    plugin = api.get("plugin") or {"found": False, "pod": None, "phase": None, "ready": False, "running": False}
+    resources = api.get("resources") or {"ok": False, "rule": None,
+                                         "msg": api.get("msg") or "the API wait did not run"}
+    validation = {
+        "probe": probe,
+        "probe_error": (nvidia.get("probe") or {}).get("error") or checks.get("msg"),
+        "driver_version": installed,
+        "driver_ok": not driver_version or installed == driver_version,
+        "reboot_pending": checks.get("reboot_pending"),
+        "checkpoint_stale": checks.get("checkpoint_stale"),
+        "checkpoint_stale_ids": checks.get("checkpoint_stale_ids") or [],
+        "plugin": plugin, "resources": resources,
+    }
+    reasons = []
+    if probe != "ok":
+        reasons.append("NVML probe %s: %s" % (probe, validation["probe_error"]))
+    if not validation["driver_ok"]:
+        reasons.append("driver %s is not %s" % (installed, driver_version))
+    if validation["reboot_pending"] is not False:
+        reasons.append("installed driver and loaded kernel module differ (reboot_pending %s)"
+                       % validation["reboot_pending"])
+    if validation["checkpoint_stale"] is not False:
+        reasons.append("kubelet checkpoint stale or unchecked: %s" % ", ".join(validation["checkpoint_stale_ids"]))
+    if not plugin.get("ready"):
+        reasons.append("device plugin pod %s not Ready (phase %s)" % (plugin.get("pod") or "(none)", plugin.get("phase")))
+    if not resources.get("ok"):
+        reasons.append(str(resources.get("msg")))
+    record = dict(maintenance or {})
+    if isinstance(reboot, dict) and reboot.get("boot_id"):
+        record.update(rebooted=True, new_boot_id=reboot.get("boot_id"), reboot_reasons=reboot.get("reasons") or [])
+    record["validation"] = validation
+    if reasons:
+        msg = "%s did not validate within kubegpu_validate_timeout=%s s: %s" % (name, timeout, "; ".join(reasons))
+    else:
+        msg = ("%s validated: NVML ok, driver %s, checkpoint current, plugin %s Ready, %s (rule %s)"
+               % (name, installed, plugin.get("pod"), resources.get("msg"), resources.get("rule")))
+    return {"ok": not reasons, "validation": validation, "reasons": reasons, "record": record, "msg": msg}
+
+
+def uncordon_decision(name, maintenance=None, node=None, annotation="kubegpu.io/maintenance", now=0):
+    """May the node be made schedulable? Only when it was schedulable before the maintenance (the
+    host fact, else the annotation on the Node). Returns ``{known, was_unschedulable, source,
+    uncordon, record, msg}``; ``record`` is the closed maintenance record."""
+    maintenance = dict(maintenance) if isinstance(maintenance, dict) else {}
+    if "was_unschedulable" in maintenance:
+        known, was, source = True, bool(maintenance["was_unschedulable"]), "host fact"
+    else:
+        annotations = (((node or {}).get("metadata") or {}).get("annotations")) or {}
+        saved = parse_maintenance_annotation(annotations.get(annotation, ""))
+        known, was, source = (True, saved["was_unschedulable"], "annotation") if saved else (False, None, None)
+    uncordon = known and not was
+    if uncordon:
+        msg = "%s uncordoned (it was schedulable before the maintenance, %s)" % (name, source)
+    elif known:
+        msg = ("%s stays cordoned: it was cordoned before the maintenance (%s), so an operator uncordons it"
+               % (name, source))
+    else:
+        msg = ("%s stays cordoned: no record of its state before maintenance (no kubegpu_maintenance fact, no %s "
+               "annotation)" % (name, annotation))
+    record = dict(maintenance, active=False, drained=False, finished=int(now), uncordoned=uncordon)
+    return {"known": known, "was_unschedulable": was, "source": source, "uncordon": uncordon, "record": record,
+            "msg": msg}
+
+
+def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon=None, uncordon_failed=False):
+    """Why the maintenance failed and whether the role had started one on the Node (then the
+    failure is written there and the node stays cordoned).
+
+    ``cordon``: the cordon patch's registered result in this play ({} when it did not run). A
+    record made for this run whose cordon never went through (the budget wait or the patch
+    failed) started nothing; one resumed from the Node's annotation, or already drained, did.
+    ``uncordon_failed``: the closing patch failed, so the node is still in maintenance."""
+    maintenance = dict(maintenance) if isinstance(maintenance, dict) else {}
+    cordon = cordon if isinstance(cordon, dict) else {}
+    reason = str(reason or "").strip() or "maintenance failed"
+    failure = {"reason": reason, "task": str(task or ""),
+               "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "by": ROLE}
+    cordoned = bool(cordon) and not cordon.get("failed") and not cordon.get("skipped")
+    active = bool(maintenance.get("active")) and (
+        bool(maintenance.get("resumed")) or bool(maintenance.get("drained")) or cordoned)
+    if uncordon_failed:
+        active = True
+    where = (' in "%s"' % failure["task"]) if failure["task"] else ""
+    msg = "maintenance of %s failed%s: %s. %s" % (
+        name, where, reason,
+        "The node stays cordoned; the reason is in its kubegpu.io/maintenance-failed annotation." if active
+        else "The node was not cordoned by this run.")
+    record = dict(maintenance, active=active, failed=failure)
+    return {"failure": failure, "active": active, "record": record, "msg": msg}
+
+
+def plan_from_hosts(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL):
+    """:func:`plan_rollout` for inventory hosts: each host's ``kubegpu_node_name`` and its need
+    record (``kubegpu_rolling_reboot_need``, when the ``need`` entry point ran for this plan) are
+    read from ``hostvars``."""
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    targets, needs = [], {}
+    for host in hosts or []:
+        try:
+            hv = hostvars[host]
+        except (KeyError, TypeError):
+            hv = {}
+        try:
+            name = hv.get("kubegpu_node_name") or host
+            need = hv.get("kubegpu_rolling_reboot_need")
+        except AttributeError:
+            name, need = host, None
+        targets.append({"host": host, "node": str(name)})
+        if isinstance(need, dict):
+            needs[host] = dict(need)
+    return plan_rollout(nodes, targets, max_unavailable, max_parallel, skip_label, needs)

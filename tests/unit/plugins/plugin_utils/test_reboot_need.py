@@ -38,9 +38,10 @@ def test_release_ordering_compares_numbers_as_numbers(newer, older):
 
 
 @pytest.mark.parametrize("release,expected", [
-    ("6.1.0-27-amd64", "amd64"), ("6.1.0-27-cloud-amd64", "cloud-amd64"), ("5.15.0-105-generic", "generic"),
+    ("6.1.0-27-amd64", "amd#"), ("6.1.0-27-cloud-amd64", "cloud-amd#"), ("5.15.0-105-generic", "generic"),
     ("6.8.0-51-lowlatency", "lowlatency"), ("5.14.0-427.13.1.el9_4.x86_64", "x86_64"),
-    ("5.14.0-427.13.1.el9_4.x86_64+debug", "x86_64+debug"), ("6.18.0", None), ("6.12.0-rc3", "rc3"),
+    ("5.14.0-427.13.1.el9_4.x86_64+debug", "x86_64+debug"), ("6.18.0", None), ("6.12.0-rc3", "rc#"),
+    ("6.18.44-fc-v669", "fc-v#"),
 ])
 def test_flavour(release, expected):
     assert rn.flavour(release) == expected
@@ -80,6 +81,11 @@ def test_kernel_check_over_real_layouts(layout, running, pending, newest):
     assert out["pending"] is pending, out
     assert out["newest"] == newest
     assert (running in out["reason"]) and ((newest in out["reason"]) or not pending)
+
+
+def test_a_build_number_in_the_suffix_is_no_new_flavour():
+    assert rn.kernel_check("6.18.44-fc-v669", ["vmlinuz-6.18.44-fc-v669", "vmlinuz-6.18.45-fc-v669"])["pending"] is True
+    assert rn.kernel_check("6.18.44-fc-v669", ["vmlinuz-6.18.44-fc-v669", "vmlinuz-6.18.43-fc-v669"])["pending"] is False
 
 
 def test_the_running_kernel_removed_from_boot_still_counts_the_newer_one():

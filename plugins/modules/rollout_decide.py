@@ -1,0 +1,155 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# This module is implemented as an action plugin and runs on the controller.
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: rollout_decide
+short_description: One decision of a GPU node's rolling maintenance, with its reasons
+version_added: 0.3.0
+description:
+  - The decisions of P(kubegpu.fleet.rolling_reboot#role), computed by tested Python
+    (C(plugins/plugin_utils/rollout.py)) from what the role's other tasks read, returned with
+    their reasons and set as facts. The role's tasks only wire inputs and outputs.
+  - C(start) (before the cordon) fails when the Node does not exist; tells whether the skip label
+    keeps the role away (RV(decision.skip)) or a maintenance already runs (RV(decision.already));
+    records the node's state before maintenance (fact C(kubegpu_maintenance); from the annotation
+    an earlier run left, else from the Node) and the annotation the cordon patch writes.
+  - C(drain) (after the eviction) fails unless only DaemonSet, mirror and finished pods are left
+    (evicted pods still Terminating count when O(accept_terminating)); names the pods and the
+    PodDisruptionBudgets (O(pdbs)) that hold the drain.
+  - C(validation) fails unless NVML answers with the expected driver, the loaded module matches the
+    installed driver, the device checkpoint is current, the device plugin pod is Ready and the GPU
+    resources are back; records the reboot (O(reboot)) and the validation.
+  - C(uncordon) says whether the node may be made schedulable (only when it was schedulable before
+    the maintenance: the host fact, else the annotation on O(node)) and closes the record.
+  - C(failure) records why the maintenance failed and whether the role had started one on the Node,
+    and fails with that message.
+  - Runs on the controller only; never connects to the node or the API.
+options:
+  decision:
+    description: Which decision.
+    type: str
+    required: true
+    choices: [start, drain, validation, uncordon, failure]
+  name:
+    description: The Kubernetes node name.
+    type: str
+    required: true
+  node:
+    description: The Node object as the API returns it (C(start), C(uncordon)); V({}) when it does not exist.
+    type: dict
+    default: {}
+  maintenance:
+    description: The host fact C(kubegpu_maintenance).
+    type: dict
+    default: {}
+  annotation:
+    description: Annotation that records the state before maintenance on the Node.
+    type: str
+    default: kubegpu.io/maintenance
+  skip_label:
+    description: Nodes with this label (C(key=value), or C(key) with any value) are left alone (C(start)).
+    type: str
+    default: kubegpu.io/maintenance=skip
+  timeout:
+    description: The drain timeout (C(start) sets the drain deadline from it, C(drain) names it) or the validation timeout (C(validation)).
+    type: float
+    default: 600
+  pods:
+    description: The pods still bound to the node (C(drain)).
+    type: list
+    elements: dict
+    default: []
+  pods_error:
+    description: Why the pods could not be read (C(drain)).
+    type: str
+  evict_error:
+    description: The last eviction error (C(drain)).
+    type: str
+  accept_terminating:
+    description: Accept evicted pods that are still Terminating (C(drain)).
+    type: bool
+    default: false
+  wedged:
+    description: The kubelet is wedged (for the message, C(drain)).
+    type: bool
+    default: false
+  pdbs:
+    description: The PodDisruptionBudgets of the cluster, to name those that hold the drain (C(drain)).
+    type: list
+    elements: dict
+  checks:
+    description: M(kubegpu.fleet.rollout_node_check)'s result (C(validation)).
+    type: dict
+    default: {}
+  api:
+    description: M(kubegpu.fleet.node_maintenance) C(state=validated)'s result (C(validation)).
+    type: dict
+    default: {}
+  driver_version:
+    description: The driver version the node must run; empty for any (C(validation)).
+    type: str
+    default: ""
+  validate:
+    description: Whether validation is on (C(validation)); V(false) and check mode return a skipped verdict.
+    type: bool
+    default: true
+  reboot:
+    description: The Ready wait's result after the reboot (C(validation)); recorded when it has a C(boot_id).
+    type: dict
+    default: {}
+  reboot_reasons:
+    description: Why the node was rebooted (C(validation)).
+    type: list
+    elements: str
+    default: []
+  reason:
+    description: Why the maintenance failed (C(failure)).
+    type: str
+  task:
+    description: The task that failed (C(failure)).
+    type: str
+  cordon:
+    description:
+      - The cordon patch's registered result in this play, V({}) when it did not run (C(failure)).
+      - A maintenance record made in this run whose cordon did not go through started nothing on the Node.
+    type: dict
+    default: {}
+  uncordon_failed:
+    description: The closing patch failed, so the node is still in maintenance (C(failure)).
+    type: bool
+    default: false
+  fail:
+    description: Fail the task when the decision is negative (C(start) without a Node, C(drain), C(validation)); C(failure) always fails.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.controller_action
+"""
+
+EXAMPLES = r"""
+- name: Decide whether the node validated
+  kubegpu.fleet.rollout_decide:
+    decision: validation
+    name: "{{ kubegpu_node_name }}"
+    checks: "{{ node_checks }}"
+    api: "{{ api_wait }}"
+    maintenance: "{{ kubegpu_maintenance }}"
+    timeout: 600
+"""
+
+RETURN = r"""
+decision:
+  description: The decision; its keys depend on O(decision) (see C(plugins/plugin_utils/rollout.py)).
+  returned: success
+  type: dict
+  sample: {ok: false, reasons: ["device plugin pod (none) not Ready (phase None)"], msg: "gpu-1 did not validate ..."}
+msg:
+  description: The decision in one line (RV(decision.msg)).
+  returned: always
+  type: str
+"""
