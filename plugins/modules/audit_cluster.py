@@ -13,7 +13,7 @@ description:
   - Builds the per-node view used by M(kubegpu.fleet.audit_evaluate) - Ready and cordon
     state, pods bound to the node that are Pending and whether any kubelet event exists for
     them, the device plugin pod's image and C(PASS_DEVICE_SPECS) - plus cluster-wide findings.
-  - Without O(nodes) it reads the Kubernetes API itself, in the controller's task worker: Nodes,
+  - Without O(nodes) it reads the Kubernetes API itself, in the controller's task worker - Nodes,
     Pods and DaemonSets of every namespace (one list call each) and the events of each pod bound
     to a node but still Pending. The connection options and their C(K8S_AUTH_*) environment
     variables are those of C(kubernetes.core) and are resolved the same way, so

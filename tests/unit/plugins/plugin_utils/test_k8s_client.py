@@ -228,3 +228,60 @@ def test_an_unreachable_host_fails_cleanly(tmp_path):
     with pytest.raises(k8s.K8sError) as err:
         service.get(client, "v1", "nodes", "n1", what="read Node n1")
     assert str(err.value).startswith("read Node n1: ") and "tok" not in str(err.value).replace("127.0.0.1", "")
+
+
+class Routes(http.server.BaseHTTPRequestHandler):
+    """Serves ``Routes.table`` (path with query -> JSON document) and records every path asked for."""
+
+    table = {}
+    asked = []
+
+    def do_GET(self):  # noqa: N802
+        Routes.asked.append(self.path)
+        doc = Routes.table.get(self.path)
+        code = 200 if doc is not None else 404
+        data = json.dumps(doc if doc is not None else {"kind": "Status", "message": "not found"}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_read_cluster_lists_each_kind_once_and_the_events_of_pending_bound_pods(tmp_path):
+    pending = {"metadata": {"name": "p1", "namespace": "ml", "uid": "u-1"}, "spec": {"nodeName": "gpu-0"},
+               "status": {"phase": "Pending"}}
+    unbound = {"metadata": {"name": "p2", "namespace": "ml", "uid": "u-2"}, "spec": {}, "status": {"phase": "Pending"}}
+    running = {"metadata": {"name": "p3", "namespace": "ml", "uid": "u-3"}, "spec": {"nodeName": "gpu-0"},
+               "status": {"phase": "Running"}}
+    Routes.asked = []
+    Routes.table = {
+        "/api/v1/nodes": {"items": [{"metadata": {"name": "gpu-0"}}]},
+        "/api/v1/pods": {"items": [pending, unbound, running, "not an object"]},
+        "/apis/apps/v1/daemonsets": {"items": []},
+        "/api/v1/namespaces/ml/events?fieldSelector=involvedObject.uid%3Du-1": {"items": [{"reason": "FailedMount"}]},
+    }
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Routes)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = k8s.connect({"host": "http://127.0.0.1:%d" % httpd.server_address[1], "api_key": "t"},
+                             {"HOME": str(tmp_path)})
+        out = service.read_cluster(client)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+    assert out["calls"] == 4 and out["events"] == [{"reason": "FailedMount"}]
+    assert [n["metadata"]["name"] for n in out["nodes"]] == ["gpu-0"] and len(out["pods"]) == 4
+    assert Routes.asked == ["/api/v1/nodes", "/api/v1/pods", "/apis/apps/v1/daemonsets",
+                            "/api/v1/namespaces/ml/events?fieldSelector=involvedObject.uid%3Du-1"]
+
+
+def test_object_paths():
+    assert service.object_path("v1", "nodes", "a/b") == "/api/v1/nodes/a%2Fb"
+    assert service.object_path("apps/v1", "daemonsets", namespace="kube-system") == \
+        "/apis/apps/v1/namespaces/kube-system/daemonsets"
