@@ -295,7 +295,7 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
                 errors["nvlink"] = "not supported"
             break  # links are numbered from 0; the first one NVML refuses ends the list
         if nvlink is None:
-            nvlink = {"links": 0, "active": 0, "totals": dict((n, 0) for n, _ in NVLINK_COUNTERS),
+            nvlink = {"links": 0, "active": 0, "totals": dict((c[0], 0) for c in NVLINK_COUNTERS),
                       "by_link": {}}
         nvlink["links"] += 1
         if not state:

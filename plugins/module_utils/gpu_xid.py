@@ -25,8 +25,9 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import norma
 
 MAX_BYTES = 16 << 20        # kernel ring buffers are at most a few MiB; journals since boot more
 MAX_LINES = 200000
-MAX_LINE = 4096             # longer lines are cut before matching (the kernel's own record limit
-                            # is 1024 bytes; anything longer is not a driver record)
+# Longer lines are cut before matching: printk records are far shorter, so a longer line is
+# not a driver record and only costs regex time.
+MAX_LINE = 4096
 MAX_EVENTS = 10000
 MAX_MESSAGE = 300
 
