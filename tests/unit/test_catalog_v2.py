@@ -415,3 +415,30 @@ def test_evaluate_many_orders_matches_by_severity(entries):
     assert sev == sorted(sev)
     assert {m["id"] for m in out["driver"]["matches"]} >= {"driver-cve-2024-0090", "driver-cve-2025-23244"}
     assert "driver-cve-2024-0074" not in {m["id"] for m in out["driver"]["matches"]}  # 535.161.07 is its fix
+
+
+# --------------------------------------------------------------------------- property: ordering oracle
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(branch=st.sampled_from([470, 535, 550, 570, 575, 580, 590, 595]),
+       minor=st.integers(min_value=0, max_value=320), patch=st.integers(min_value=0, max_value=99))
+def test_driver_security_matches_equal_a_tuple_ordering_oracle(entries, branch, minor, patch):
+    version = "%d.%d.%02d" % (branch, minor, patch)
+    key = (branch, minor, patch)
+
+    def tup(text):
+        parts = [int(p) for p in text.split(".")]
+        return tuple(parts + [0] * (3 - len(parts)))
+
+    expected = {}
+    for e in entries:
+        if e["component"] != "driver" or e["kind"] != "security":
+            continue
+        for item in e["affected"]:
+            if item["branch"] == str(branch) and key < tup(item["fixed"]):
+                expected[e["id"]] = item["fixed"]
+    got = {m["id"]: m["fixed"] for m in cv.evaluate(entries, "driver", version)["matches"] if m["kind"] == "security"}
+    assert got == expected
