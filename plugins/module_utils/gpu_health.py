@@ -210,9 +210,14 @@ def parse_health_xml(text, max_bytes=MAX_XML):
 
 # --------------------------------------------------------------------------- NVML
 
-def _call(pynvml, record, name, fn, *args):
-    """(value, ok). On an NVML error, record it under ``name``: "not supported" for
-    NOT_SUPPORTED / FUNCTION_NOT_FOUND, the error name otherwise."""
+def _call(pynvml, record, name, function, *args):
+    """(value, ok) of ``pynvml.<function>(*args)``. On an NVML error, record it under
+    ``name``: "not supported" for NOT_SUPPORTED / FUNCTION_NOT_FOUND or a pynvml without the
+    wrapper, the error text and code otherwise."""
+    fn = getattr(pynvml, function, None)
+    if fn is None:  # pynvml too old to wrap the function at all
+        record[name] = "not supported"
+        return None, False
     try:
         return fn(*args), True
     except pynvml.NVMLError as e:
@@ -223,23 +228,20 @@ def _call(pynvml, record, name, fn, *args):
             try:
                 text = str(e)
             except Exception:  # pylint: disable=broad-except
-                text = "NVML error %s" % code
+                text = "NVML error"
             record[name] = "%s (%s)" % (text, code)
-        return None, False
-    except AttributeError:  # pynvml too old to wrap the function at all
-        record[name] = "not supported"
         return None, False
 
 
 def _sram_status(pynvml, errors, handle):
     """nvmlDeviceGetSramEccErrorStatus (R570+ NVML, Hopper and later) or None."""
     struct = getattr(pynvml, "c_nvmlEccSramErrorStatus_v1_t", None)
-    fn = getattr(pynvml, "nvmlDeviceGetSramEccErrorStatus", None)
-    if struct is None or fn is None:
+    if struct is None:
         errors["sram_ecc_status"] = "not supported"
         return None
     status = struct()
-    _value, ok = _call(pynvml, errors, "sram_ecc_status", fn, handle, ctypes.byref(status))
+    ok = _call(pynvml, errors, "sram_ecc_status", "nvmlDeviceGetSramEccErrorStatus", handle,
+               ctypes.byref(status))[1]
     return status if ok else None
 
 
@@ -251,19 +253,19 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
     errors = {}
     remap = {"supported": False, "correctable": None, "uncorrectable": None, "pending": None,
              "failure": None}
-    value, ok = _call(pynvml, errors, "remapped_rows", pynvml.nvmlDeviceGetRemappedRows, handle)
+    value, ok = _call(pynvml, errors, "remapped_rows", "nvmlDeviceGetRemappedRows", handle)
     if ok:
         corr, unc, pending, failure = value
         remap = {"supported": True, "correctable": int(corr), "uncorrectable": int(unc),
                  "pending": bool(pending), "failure": bool(failure)}
 
     pages = {"supported": False, "multiple_single_bit": None, "double_bit": None, "pending": None}
-    sbe, ok_sbe = _call(pynvml, errors, "retired_pages_sbe", pynvml.nvmlDeviceGetRetiredPages,
+    sbe, ok_sbe = _call(pynvml, errors, "retired_pages_sbe", "nvmlDeviceGetRetiredPages",
                         handle, _CAUSE_MULTIPLE_SBE)
-    dbe, ok_dbe = _call(pynvml, errors, "retired_pages_dbe", pynvml.nvmlDeviceGetRetiredPages,
+    dbe, ok_dbe = _call(pynvml, errors, "retired_pages_dbe", "nvmlDeviceGetRetiredPages",
                         handle, _CAUSE_DBE)
     pend, ok_pend = _call(pynvml, errors, "retired_pages_pending",
-                          pynvml.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+                          "nvmlDeviceGetRetiredPagesPendingStatus", handle)
     if ok_sbe or ok_dbe or ok_pend:
         pages = {"supported": True, "multiple_single_bit": len(sbe) if ok_sbe else None,
                  "double_bit": len(dbe) if ok_dbe else None,
@@ -273,14 +275,15 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
     ecc = {}
     for key, counter in (("volatile", _VOLATILE), ("aggregate", _AGGREGATE)):
         total, ok = _call(pynvml, errors, "ecc_uncorrectable_" + key,
-                          pynvml.nvmlDeviceGetTotalEccErrors, handle, _UNCORRECTED, counter)
+                          "nvmlDeviceGetTotalEccErrors", handle, _UNCORRECTED, counter)
         total = int(total) if ok else None
         sram_unc = None
         if sram is not None:
             sram_unc = (int(getattr(sram, key + "UncParity")) + int(getattr(sram, key + "UncSecDed")))
         ecc[key] = {
             # The total covers every location; DRAM is what SRAM does not account for.
-            "dram_uncorrectable": max(total - sram_unc, 0) if total is not None and sram_unc is not None else None,
+            "dram_uncorrectable": (max(total - sram_unc, 0)
+                                   if total is not None and sram_unc is not None else None),
             "sram_uncorrectable": sram_unc,
             "uncorrectable": total, "correctable": None,
             "sram_threshold_exceeded": (bool(sram.bThresholdExceeded)
@@ -289,11 +292,18 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
 
     nvlink = None
     for link in range(max_links):
-        state, ok = _call(pynvml, {}, "nvlink_state", pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        refused = {}
+        state, ok = _call(pynvml, refused, "nvlink", "nvmlDeviceGetNvLinkState", handle, link)
         if not ok:
+            # Links are numbered from 0; the first one NVML refuses ends the list (a GPU
+            # without NVLink refuses link 0 with NOT_SUPPORTED). Any other error on link 0 is
+            # an error of the query.
             if link == 0:
-                errors["nvlink"] = "not supported"
-            break  # links are numbered from 0; the first one NVML refuses ends the list
+                errors.update(refused)
+            elif not refused["nvlink"].endswith("(%d)" % NVML_ERROR_INVALID_ARGUMENT) \
+                    and refused["nvlink"] != "not supported":
+                errors["nvlink_%d_state" % link] = refused["nvlink"]
+            break
         if nvlink is None:
             nvlink = {"links": 0, "active": 0, "totals": dict((c[0], 0) for c in NVLINK_COUNTERS),
                       "by_link": {}}
@@ -303,7 +313,7 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
         nvlink["active"] += 1
         for cname, code in NVLINK_COUNTERS:
             v, ok = _call(pynvml, errors, "nvlink_%d_%s" % (link, cname),
-                          pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, code)
+                          "nvmlDeviceGetNvLinkErrorCounter", handle, link, code)
             if ok and v:
                 nvlink["totals"][cname] += int(v)
                 nvlink["by_link"].setdefault(str(link), {})[cname] = int(v)

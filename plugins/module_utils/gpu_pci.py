@@ -138,7 +138,8 @@ def scan_pci(sys_path="/sys"):
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
 
 
-def compare_gpus(pci_gpus, present_bus_ids, capacity=None, expected_count=None, mig_gpus=0):
+def compare_gpus(pci_gpus, present_bus_ids, capacity=None, expected_count=None, mig_gpus=0,
+                 xid_gpus=None):
     """Expected GPUs (PCI bus) vs present (driver) vs advertised (``nvidia.com/gpu``).
 
     ``pci_gpus``: the ``gpus`` list of :func:`scan_pci` (or None when the bus could not be
@@ -146,7 +147,8 @@ def compare_gpus(pci_gpus, present_bus_ids, capacity=None, expected_count=None, 
     ``capacity``: the Node's ``status.capacity["nvidia.com/gpu"]`` or None. ``expected_count``:
     GPUs the inventory says the node has, or None. ``mig_gpus``: GPUs in MIG mode, which the
     device plugin advertises as MIG resources instead of ``nvidia.com/gpu`` (mixed strategy),
-    so the capacity check only expects the others.
+    so the capacity check only expects the others. ``xid_gpus``: gpu_xid's per-GPU aggregate;
+    a missing GPU's Xids since boot are added to its reason (``xid``: counts and last message).
 
     Returns ``{"ok", "pci_count", "present_count", "capacity", "expected_count", "missing",
     "not_on_bus", "passthrough", "problems"}``: ``missing`` is ``[{"bus_id", "reason"}]``,
@@ -177,7 +179,15 @@ def compare_gpus(pci_gpus, present_bus_ids, capacity=None, expected_count=None, 
             else:
                 why = ("on the PCI bus (%s) and bound to nvidia, but NVML/nvidia-smi do not list it "
                        "(fallen off the bus or failed to initialise)" % ident)
-            missing.append({"bus_id": bus_id, "reason": why})
+            item = {"bus_id": bus_id, "reason": why}
+            xid = (xid_gpus or {}).get(bus_id)
+            if xid:
+                item["xid"] = {"counts": xid["counts"], "last": xid["last"]}
+                item["reason"] += "; kernel log since boot: %s, last: Xid %s %s" % (
+                    ", ".join("Xid %s x%d" % (k, v) for k, v in sorted(xid["counts"].items(),
+                                                                       key=lambda kv: int(kv[0]))),
+                    xid["last"]["xid"], xid["last"]["message"])
+            missing.append(item)
     not_on_bus = sorted(b for b in present if pci_gpus is not None and b not in pci_ids)
     for item in missing:
         problems.append("GPU %s: %s" % (item["bus_id"], item["reason"]))

@@ -135,6 +135,8 @@ HEALTH_GPUS = [
                                                         "threshold_exceeded": True}}}),
     fakenvml.gpu(2, mig=False, health={"supported": False, "nvlinks": 0}),
     fakenvml.gpu(3, mig=False, errors={"nvmlDeviceGetRemappedRows": "NVML_ERROR_UNKNOWN"}),
+    fakenvml.gpu(4, mig=False, errors={"nvmlDeviceGetNvLinkState": "GPU_IS_LOST",
+                                       "nvmlDeviceGetTotalEccErrors": "NVML_ERROR_TIMEOUT"}),
 ]
 
 
@@ -156,7 +158,7 @@ def _nvml_health_child(lib):
 
 def test_nvml_health_through_real_pynvml(driver, scenario):
     fakenvml.write_scenario(scenario, HEALTH_GPUS)
-    g0, g1, g2, g3 = _nvml_health_child(driver.library)
+    g0, g1, g2, g3, g4 = _nvml_health_child(driver.library)
 
     assert g0["remapped_rows"] == {"supported": True, "correctable": 2, "uncorrectable": 1,
                                    "pending": True, "failure": False}
@@ -196,10 +198,39 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
     assert g3["errors"]["remapped_rows"].endswith("(999)")
     assert g3["ecc"]["volatile"]["uncorrectable"] == 0
     assert g3["nvlink"]["active"] == 18
+    # Errors that are not "unsupported" stay errors, NVLink on link 0 included.
+    assert g4["nvlink"] is None
+    assert g4["errors"]["nvlink"] == "GPU is lost (15)"
+    assert g4["errors"]["ecc_uncorrectable_volatile"] == "Timeout (10)"
+    assert g4["ecc"]["volatile"]["uncorrectable"] is None
+    assert g4["remapped_rows"]["supported"] is True
+
+
+def test_nvml_health_with_a_pynvml_that_lacks_the_wrappers(driver, scenario):
+    fakenvml.write_scenario(scenario, [fakenvml.gpu(0, mig=False)])
+
+    def target(emit):
+        import pynvml  # pylint: disable=import-error
+        pynvml.nvmlLib = ctypes.CDLL(driver.library)
+        pynvml.nvmlInit()
+        for name in ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetSramEccErrorStatus",
+                     "c_nvmlEccSramErrorStatus_v1_t", "nvmlDeviceGetNvLinkState"):
+            delattr(pynvml, name)  # an old nvidia-ml-py, in this child only
+        try:
+            return gpu_health.nvml_health(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
+        finally:
+            pynvml.nvmlShutdown()
+    out = run_in_child(target, 20)
+    assert out.status == "ok" and out.value["ok"], out.__dict__
+    h = out.value["value"]
+    assert h["errors"] == {"remapped_rows": "not supported", "sram_ecc_status": "not supported",
+                           "nvlink": "not supported"}
+    assert h["remapped_rows"]["supported"] is False and h["nvlink"] is None
+    assert h["ecc"]["volatile"]["uncorrectable"] == 0
 
 
 def test_fake_nvidia_smi_health_document_parses_the_same(driver, scenario):
-    fakenvml.write_scenario(scenario, HEALTH_GPUS + [fakenvml.gpu(4, mig=False, lost=True)])
+    fakenvml.write_scenario(scenario, HEALTH_GPUS[:4] + [fakenvml.gpu(4, mig=False, lost=True)])
     env = dict(os.environ, LD_LIBRARY_PATH=driver.libdir)
     proc = subprocess.run([driver.smi, "-q", "-x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=env, timeout=20, check=False, universal_newlines=True)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_pci, safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_pci, gpu_xid, safe_io
 
 
 def _device(root, addr, vendor, device, pci_class, driver=None):
@@ -126,3 +126,17 @@ def test_compare_driver_lists_a_gpu_the_bus_does_not_show_and_no_pci_data():
     assert res["pci_count"] is None and res["not_on_bus"] == []
     assert "nvidia.com/gpu capacity 'x' is not a number" in res["problems"]
     assert any("PCI bus shows nothing readable" in p for p in res["problems"])
+
+
+def test_missing_gpu_reason_carries_its_xids(sysfs):
+    pci = [g for g in gpu_pci.scan_pci(sysfs)["gpus"] if g["driver"] == "nvidia"]
+    log = ("[ 50.0] NVRM: Xid (PCI:0000:2a:00): 119, pid=7, name=nvidia-smi, Timeout after 6s\n"
+           "[ 90.5] NVRM: Xid (PCI:0000:2a:00): 79, pid=1, name=nvc:[driver], GPU has fallen off the bus.\n"
+           "[ 91.0] NVRM: Xid (PCI:0000:18:00): 13, Graphics Exception\n")
+    xids = gpu_xid.aggregate(gpu_xid.parse_xid_events(log)[0])
+    res = gpu_pci.compare_gpus(pci, ["00000000:18:00.0", "00000001:9A:00.0"], xid_gpus=xids)
+    (item,) = res["missing"]
+    assert item["bus_id"] == "0000:2a:00.0"
+    assert item["xid"]["counts"] == {"119": 1, "79": 1}
+    assert item["reason"].endswith("kernel log since boot: Xid 79 x1, Xid 119 x1, last: Xid 79 "
+                                   "GPU has fallen off the bus.")
