@@ -324,8 +324,8 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
 # --------------------------------------------------------------------------- verdict
 
 def verdict(health):
-    """``{"reset_required", "rma", "ecc_uncorrectable", "nvlink_errors", "reasons",
-    "findings"}`` for one GPU's health dict (either reader)."""
+    """``{"reset_required", "rma", "ecc_uncorrectable": {"volatile", "aggregate", "scope"},
+    "nvlink_errors", "reasons", "findings"}`` for one GPU's health dict (either reader)."""
     reasons = []
     reset = rma = False
     remap = health.get("remapped_rows") or {}
@@ -365,6 +365,9 @@ def verdict(health):
         findings.append("gpu.rma")
     if vol_unc or agg_unc:
         findings.append("gpu.ecc_uncorrectable")
+    # "volatile": errors since the driver loaded (current trouble); "aggregate": only lifetime
+    # errors (history, for the report rather than the rollout).
+    scope = "volatile" if vol_unc else ("aggregate" if agg_unc else None)
     return {"reset_required": reset, "rma": rma,
-            "ecc_uncorrectable": {"volatile": vol_unc, "aggregate": agg_unc},
+            "ecc_uncorrectable": {"volatile": vol_unc, "aggregate": agg_unc, "scope": scope},
             "nvlink_errors": nvlink_errors, "reasons": reasons, "findings": findings}

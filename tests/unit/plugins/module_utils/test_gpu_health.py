@@ -43,7 +43,7 @@ def test_r470_old_layout_page_retirement_pending():
     assert vol["correctable"] == 4 and agg["correctable"] == 17
     v = gpu_health.verdict(g)
     assert v["reset_required"] and not v["rma"]
-    assert v["ecc_uncorrectable"] == {"volatile": 2, "aggregate": 3}
+    assert v["ecc_uncorrectable"] == {"volatile": 2, "aggregate": 3, "scope": "volatile"}
     assert v["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable"]
     assert any("page retirement pending" in r for r in v["reasons"])
 
@@ -62,7 +62,8 @@ def test_r535_dram_sram_layout_one_gpu_remap_pending_one_healthy():
     assert vb["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable"]
     assert vb["reasons"][0].startswith("row remapping pending")
     assert vg == {"reset_required": False, "rma": False,
-                  "ecc_uncorrectable": {"volatile": 0, "aggregate": 0}, "nvlink_errors": None,
+                  "ecc_uncorrectable": {"volatile": 0, "aggregate": 0, "scope": None},
+                  "nvlink_errors": None,
                   "reasons": [], "findings": []}
 
 
@@ -80,6 +81,7 @@ def test_r570_parity_secded_split_remap_failure_and_sram_threshold_are_rma():
     assert g["ecc"]["aggregate"]["sram_threshold_exceeded"] is True
     v = gpu_health.verdict(g)
     assert v["rma"] and not v["reset_required"]
+    assert v["ecc_uncorrectable"]["scope"] == "volatile"
     assert v["findings"] == ["gpu.rma", "gpu.ecc_uncorrectable"]
     assert sum("RMA candidate" in r for r in v["reasons"]) == 2
 
@@ -184,6 +186,11 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
                                      "uncorrectable": 2, "correctable": None,
                                      "sram_threshold_exceeded": None, "layout": "nvml"}
     assert g1["ecc"]["aggregate"]["sram_uncorrectable"] == 7
+    # Lifetime-only errors are reported with their scope (history, not current trouble).
+    history = {"ecc": {"volatile": {"uncorrectable": 0}, "aggregate": {"uncorrectable": 4}}}
+    vh = gpu_health.verdict(history)
+    assert vh["ecc_uncorrectable"]["scope"] == "aggregate" and vh["findings"] == ["gpu.ecc_uncorrectable"]
+    assert vh["reasons"] == ["4 uncorrectable ECC errors over the GPU's life (aggregate)"]
     assert g1["ecc"]["aggregate"]["sram_threshold_exceeded"] is True
     v1 = gpu_health.verdict(g1)
     assert v1["findings"] == ["gpu.rma", "gpu.ecc_uncorrectable"]
