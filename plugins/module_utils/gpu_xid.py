@@ -25,9 +25,9 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import norma
 
 MAX_BYTES = 16 << 20        # kernel ring buffers are at most a few MiB; journals since boot more
 MAX_LINES = 200000
-# Longer lines are cut before matching: printk records are far shorter, so a longer line is
-# not a driver record and only costs regex time.
-MAX_LINE = 4096
+# Longer lines are cut before matching: printk records are far shorter and a journal JSON
+# record with all its fields a few KiB, so a longer line is no driver record.
+MAX_LINE = 16384
 MAX_EVENTS = 10000
 MAX_MESSAGE = 300
 
