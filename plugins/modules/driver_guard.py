@@ -170,10 +170,17 @@ options:
     description:
       - Seconds the GPU probe may take (it is only run when something is still unknown).
       - A finite number greater than 0 and at most 86400; anything else fails the task.
-      - The package query (C(dpkg-query) or C(rpm)) has its own deadline of 120 seconds; a query that does not
-        finish is killed and reported in RV(package_query_error).
+      - The package query has its own deadline, O(command_timeout).
     type: float
     default: 10.0
+  command_timeout:
+    description:
+      - Seconds the package query (C(dpkg-query) or C(rpm)) and the C(apt-cache policy) validation of
+        O(state=pinned) may run. A command that does not finish in time is killed, with anything it
+        started; a query is then reported in RV(package_query_error), a validation fails the task.
+      - A finite number greater than 0 and at most 86400.
+    type: float
+    default: 120
   _catalog:
     description:
       - Internal. Set by the action plugin to the bundled catalog; do not set it.
@@ -442,7 +449,8 @@ def _validate_apt(module, result, content):
             f.write(content)
         # Only the rendered file and no repositories: problems elsewhere in the node's apt
         # configuration (a broken sources entry, another preferences file) do not count here.
-        rc, out, err = bounded_runner(environ_update=DRIVER_GUARD_ENVIRON)([
+        rc, out, err = bounded_runner(module.params["command_timeout"],
+                                      environ_update=DRIVER_GUARD_ENVIRON)([
             apt_cache,
             "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
             "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
@@ -567,6 +575,7 @@ def main():
             driver_root=dict(type="path", default="/"),
             backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
             timeout=dict(type="float", default=10.0),
+            command_timeout=dict(type="float", default=120.0),
             _catalog=dict(type="raw"),
         ),
         supports_check_mode=True,
@@ -574,9 +583,13 @@ def main():
     module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
     p = module.params
     try:
-        result, entries, ev, node = driver_guard_evaluate(
-            p, bounded_runner(environ_update=DRIVER_GUARD_ENVIRON), module.get_bin_path,
-            module.warn)
+        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
+                                                   minimum=0.001),
+                             environ_update=DRIVER_GUARD_ENVIRON)
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg=str(e))
+    try:
+        result, entries, ev, node = driver_guard_evaluate(p, run, module.get_bin_path, module.warn)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
 

@@ -50,6 +50,15 @@ def _meta(obj, key, default=None):
     return _d(_d(obj).get("metadata")).get(key, default)
 
 
+def json_kind(value):
+    """JSON name of a value's type ("a list", "a string"...), whatever class carries it."""
+    for types, name in ((bool, "a boolean"), (dict, "an object"), (list, "a list"), (str, "a string"),
+                        ((int, float), "a number")):
+        if isinstance(value, types):
+            return name
+    return "null" if value is None else "a %s" % type(value).__name__
+
+
 def shape_problems(obj, kind):
     """What is malformed in an API object, as short texts (empty when it is well-formed enough).
 
@@ -58,12 +67,12 @@ def shape_problems(obj, kind):
     """
     problems = []
     if not isinstance(obj, dict):
-        return ["%s is a %s, not an object" % (kind, type(obj).__name__)]
+        return ["%s is %s, not an object" % (kind, json_kind(obj))]
 
     def want(parent, path, types, label):
         value = parent.get(path[-1]) if isinstance(parent, dict) else None
         if value is not None and not isinstance(value, types):
-            problems.append("%s is a %s, expected %s" % (".".join(path), type(value).__name__, label))
+            problems.append("%s is %s, expected %s" % (".".join(path), json_kind(value), label))
             return {}
         return value
 
@@ -83,7 +92,7 @@ def shape_problems(obj, kind):
         want(status, ["status", "nodeInfo"], dict, "an object")
         for i, c in enumerate(_l(status.get("conditions"))):
             if not isinstance(c, dict):
-                problems.append("status.conditions[%d] is a %s, expected an object" % (i, type(c).__name__))
+                problems.append("status.conditions[%d] is %s, expected an object" % (i, json_kind(c)))
     elif kind == "pod":
         want(spec, ["spec", "nodeName"], str, "a string")
         want(spec, ["spec", "containers"], list, "a list")
@@ -237,7 +246,7 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
         ds_summaries.append(summary)
     for i, ev in enumerate(_l(events)):
         if not isinstance(ev, dict):
-            malformed.append("event #%d is a %s, not an object" % (i, type(ev).__name__))
+            malformed.append("event #%d is %s, not an object" % (i, json_kind(ev)))
 
     view = {}
     for i, n in enumerate(_l(nodes)):
