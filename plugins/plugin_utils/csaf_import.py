@@ -364,7 +364,9 @@ def dump_entries(entries):
     import yaml
 
     class Dumper(yaml.SafeDumper):
-        pass
+        def increase_indent(self, flow=False, indentless=False):
+            # indent sequences inside mappings (yamllint/ansible-lint "indentation")
+            return super(Dumper, self).increase_indent(flow, False)
 
     def quoted(dumper, data):
         return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style='"')

@@ -242,7 +242,7 @@ def test_driver_security_per_branch_fixed_versions(entries):
 
 
 def test_driver_first_fixed_that_is_not_a_data_center_build_compares_by_ordering(entries):
-    # bulletin 5630 names 570.133.07 (a GeForce build) for R570; data-center builds are 570.124.06, 570.133.20
+    # bulletin 5630 names 570.133.07 for R570; the data-center releases around it are 570.124.06, 570.133.20
     hit = by_id(cv.evaluate(entries, "driver", "570.124.06"), "driver-cve-2025-23244")
     assert hit["status"] == "affected" and hit["fixed"] == "570.133.07"
     assert by_id(cv.evaluate(entries, "driver", "570.133.20"), "driver-cve-2025-23244") is None
