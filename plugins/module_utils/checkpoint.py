@@ -414,22 +414,44 @@ def list_node_devices(nvidia_smi, timeout):
 def read_checkpoint(path):
     """Return the file's bytes, or None when it does not exist.
 
-    Raises MalformedCheckpoint when ``path`` is not a regular file or is far too large, and
-    OSError when it cannot be read (permissions, I/O).
+    Raises MalformedCheckpoint when ``path`` is not a regular file (a FIFO, socket, device,
+    directory or symlink loop: checked on the open descriptor, opened without blocking, so a
+    FIFO swapped in after a check never hangs the read) or is far too large, and OSError when
+    it cannot be read (permissions, I/O).
     """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | \
+        getattr(os, "O_NOCTTY", 0)
     try:
-        st = os.stat(path)
+        fd = os.open(path, flags)
     except OSError as e:
         if e.errno == errno.ENOENT:
             return None
+        if e.errno == errno.ELOOP:
+            raise MalformedCheckpoint("symlink loop, not a file")
+        if e.errno in (errno.ENXIO, errno.EISDIR):
+            raise MalformedCheckpoint("not a regular file")
         raise
-    if not _is_regular(st.st_mode):
-        raise MalformedCheckpoint("not a regular file")
-    if st.st_size > MAX_CHECKPOINT_BYTES:
-        raise MalformedCheckpoint("file is %d bytes, larger than any device checkpoint "
-                                  "(limit %d)" % (st.st_size, MAX_CHECKPOINT_BYTES))
-    with open(path, "rb") as f:
-        return f.read(MAX_CHECKPOINT_BYTES + 1)
+    try:
+        st = os.fstat(fd)
+        if not _is_regular(st.st_mode):
+            raise MalformedCheckpoint("not a regular file")
+        if st.st_size > MAX_CHECKPOINT_BYTES:
+            raise MalformedCheckpoint("file is %d bytes, larger than any device checkpoint "
+                                      "(limit %d)" % (st.st_size, MAX_CHECKPOINT_BYTES))
+        chunks = []
+        total = 0
+        while total <= MAX_CHECKPOINT_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_CHECKPOINT_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > MAX_CHECKPOINT_BYTES:
+            raise MalformedCheckpoint("file grew past %d bytes while being read"
+                                      % MAX_CHECKPOINT_BYTES)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _is_regular(mode):

@@ -11,6 +11,7 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
     MalformedCheckpoint,
     analyze,
@@ -29,9 +30,14 @@ def checkpoint_validate(params):
         if not pat.strip():
             raise ProbeFailed("resource_names[%d] is empty; expected a glob such as "
                               "nvidia.com/*" % i)
-    svc = params["kubelet_service"]
-    if not svc or svc.startswith("-") or any(c.isspace() for c in svc):
-        raise ProbeFailed("kubelet_service %r is not a systemd unit name" % svc)
+    try:
+        safe_io.check_unit_name(params["kubelet_service"], "kubelet_service")
+        safe_io.check_path(params["path"], "path")
+        if params.get("restart_timeout") is not None:
+            params["restart_timeout"] = safe_io.check_timeout(
+                params["restart_timeout"], "restart_timeout", minimum=1.0, maximum=3600.0)
+    except safe_io.UnsafeInput as e:
+        raise ProbeFailed(str(e))
     if not os.path.basename(params["path"]):
         raise ProbeFailed("path %r names a directory, expected the checkpoint file"
                           % params["path"])

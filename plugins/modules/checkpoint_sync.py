@@ -80,9 +80,15 @@ options:
     default: true
   kubelet_service:
     description:
-      - systemd unit name of kubelet.
+      - systemd unit name of kubelet (letters, digits, C(:_.-@\\)); globs such as C(*) and
+        options are refused, so the restart can never reach other units.
     type: str
     default: kubelet
+  restart_timeout:
+    description:
+      - Seconds C(systemctl restart) may take; past that it is killed and the task fails.
+    type: float
+    default: 300
   backup:
     description:
       - Copy the checkpoint to C(<path>.<timestamp>.<ns>.bak) (mode 0600) before removing it.
@@ -111,6 +117,10 @@ attributes:
 notes:
   - Malformed JSON or unexpected types fail the task with a message naming the file and the
     problem; the file is left untouched unless O(force=true) and O(state=synced).
+  - The checkpoint is read without blocking and with a size bound (a FIFO, socket, directory
+    or symlink loop in its place is refused). It is removed only when it and its directory
+    are owned by root and not writable by group or others; otherwise the task fails and says
+    why.
 seealso:
   - module: kubegpu.fleet.gpu_facts
 """
@@ -211,7 +221,10 @@ kubelet_restarted:
   sample: true
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
     DEFAULT_PATH,
     CheckpointError,
@@ -219,7 +232,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
     describe,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint_run import checkpoint_inspect
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file
+from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file, unsafe_target
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 _DIFF_RAW_LIMIT = 4096
@@ -233,6 +246,13 @@ def _remove(module, result, data, before, reason):
     if module._diff:
         result["diff"] = {"before": before, "after": "",
                           "before_header": path, "after_header": "%s (absent)" % path}
+    problem = unsafe_target(path)
+    if problem:
+        result["changed"] = False
+        result.pop("diff", None)
+        module.fail_json(msg="refusing to remove %s: %s. A file root removes must be writable by "
+                             "root only, or another user chooses what root removes; the file "
+                             "was left untouched" % (path, problem), **result)
     systemctl = None
     if p["restart_kubelet"]:
         # Locate systemctl before touching anything, so a node without it fails cleanly.
@@ -261,7 +281,14 @@ def _remove(module, result, data, before, reason):
                     "state in memory and writes it back" % done)
         result["msg"] = done
         module.exit_json(**result)
-    rc, out, err = module.run_command([systemctl, "restart", p["kubelet_service"]])
+    try:
+        res = safe_io.run_command([systemctl, "restart", p["kubelet_service"]],
+                                  p["restart_timeout"], limit=1 << 20,
+                                  env=dict(os.environ, LC_ALL="C", SYSTEMD_PAGER=""))
+    except (safe_io.UnsafeInput, OSError) as e:
+        module.fail_json(msg="%s, but 'systemctl restart %s' failed: %s"
+                             % (done, p["kubelet_service"], e), **result)
+    rc, out, err = res.rc, res.text(), res.text("stderr")
     if rc != 0:
         module.fail_json(msg="%s, but 'systemctl restart %s' failed (rc=%d): %s"
                              % (done, p["kubelet_service"], rc,
@@ -281,6 +308,7 @@ def main():
             state=dict(type="str", choices=["checked", "synced"], default="checked"),
             restart_kubelet=dict(type="bool", default=True),
             kubelet_service=dict(type="str", default="kubelet"),
+            restart_timeout=dict(type="float", default=300.0),
             backup=dict(type="bool", default=True),
             force=dict(type="bool", default=False),
         ),

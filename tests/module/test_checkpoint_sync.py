@@ -295,8 +295,16 @@ def test_directory_at_path_is_a_clear_failure(ansible, node):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    ({"kubelet_service": "kubelet; reboot"}, "is not a systemd unit name"),
-    ({"kubelet_service": "--now"}, "is not a systemd unit name"),
+    ({"kubelet_service": "kubelet; reboot"}, "kubelet_service must be a systemd unit name"),
+    ({"kubelet_service": "--now"}, "kubelet_service must be a systemd unit name"),
+    ({"kubelet_service": "*"}, "kubelet_service must be a systemd unit name"),
+    ({"kubelet_service": "kube*.service"}, "kubelet_service must be a systemd unit name"),
+    ({"kubelet_service": "kubelet[12]"}, "kubelet_service must be a systemd unit name"),
+    ({"path": "relative/checkpoint"}, "path must be an absolute path"),
+    ({"path": "/var/lib/kubelet/../../etc/shadow"}, "path must not contain '..'"),
+    ({"restart_timeout": -1}, "restart_timeout must be between"),
+    ({"restart_timeout": 1e300}, "restart_timeout must be between"),
+    ({"restart_timeout": "nan"}, "restart_timeout must be between"),
     ({"device_ids": [GPU_A, " "]}, "device_ids[1] is empty"),
     ({"resource_names": [""]}, "resource_names[0] is empty"),
     ({"state": "deleted"}, "value of state must be one of"),
@@ -308,6 +316,43 @@ def test_bad_options_fail_cleanly(ansible, node, args, fragment):
     res = run(ansible, node, full)
     assert res["_rc"] != 0 and fragment in res["msg"], res
     assert node.path.read_bytes() == data and node.systemctl_calls() == []
+
+
+@pytest.mark.parametrize("what", ["file-owner", "file-mode", "dir-owner", "dir-mode"])
+def test_unsafe_checkpoint_is_never_removed(ansible, node, what):
+    """A checkpoint (or its directory) another user owns or can write: root would remove what
+    that user chose; the module refuses, says why, and leaves file and directory as they are."""
+    data = node.put("v2_numa.json")
+    if what == "file-owner":
+        os.chown(str(node.path), 65534, 65534)
+    elif what == "file-mode":
+        node.path.chmod(0o666)
+    elif what == "dir-owner":
+        os.chown(str(node.dir), 65534, 65534)
+    else:
+        node.dir.chmod(0o777)
+    res = run(ansible, node, {"device_ids": NODE_REPLACED, "state": "synced"})
+    assert res["_rc"] != 0 and res["changed"] is False, res
+    assert res["msg"].startswith("refusing to remove %s: " % node.path)
+    assert {"file-owner": "is owned by uid 65534, not root",
+            "file-mode": "is writable by group and others (mode 0666)",
+            "dir-owner": "its directory %s is owned by uid 65534" % node.dir,
+            "dir-mode": "its directory %s is writable by group and others" % node.dir}[what] \
+        in res["msg"]
+    assert node.path.read_bytes() == data and node.backups() == []
+    assert node.systemctl_calls() == []
+
+
+def test_restart_past_its_deadline_is_killed_and_reported(ansible, node):
+    node.put("v2_numa.json")
+    (node.bin / "systemctl").write_text("#!/bin/sh\nexec sleep 600\n")
+    res = run(ansible, node, {"device_ids": NODE_REPLACED, "state": "synced",
+                              "restart_timeout": 2})
+    assert res["_rc"] != 0 and "did not finish within 2s; it was killed" in res["msg"], res
+    # a clean fail_json (ansible 2.19 adds a placeholder "exception" to every failure)
+    assert "module_stderr" not in res
+    assert res.get("exception", "(traceback unavailable)") == "(traceback unavailable)"
+    assert not node.path.exists() and len(node.backups()) == 1    # removed and backed up
 
 
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
