@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Import NVIDIA CSAF 2.0 security bulletins into the kubegpu.fleet catalog v2.
@@ -41,7 +40,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, c
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("documents", nargs="+", help="CSAF 2.0 JSON files (NVIDIA/product-security <year>/<id>/<id>.json)")
     ap.add_argument("--component", action="append", choices=sorted(catalog_v2.COMPONENT_SCHEMES),
                     help="only this component (repeatable)")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Trim a real NVIDIA CSAF document into a small test fixture (maintainer tool).
@@ -56,7 +55,7 @@ def trim(doc, keep):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("src")
     ap.add_argument("dest")
     ap.add_argument("--keep", action="append", help="regex on '<architecture>/<product>' (repeatable)")

@@ -293,8 +293,8 @@ def test_regex_condition_on_gpu_model(entries):
     facts = {"gpu_model": ["NVIDIA GH200 480GB"], "mig_enabled": True}
     m = by_id(cv.evaluate(entries, "driver", "580.95.05", facts), "driver-cdmm-grace-mig-gds")
     assert m["status"] == "affected" and m["fixed"] is None
-    other = by_id(cv.evaluate(entries, "driver", "580.95.05", {"gpu_model": ["NVIDIA H100 80GB HBM3"],
-                                                                "mig_enabled": True}), "driver-cdmm-grace-mig-gds")
+    h100 = {"gpu_model": ["NVIDIA H100 80GB HBM3"], "mig_enabled": True}
+    other = by_id(cv.evaluate(entries, "driver", "580.95.05", h100), "driver-cdmm-grace-mig-gds")
     assert other["status"] == "not_applicable"
     assert by_id(cv.evaluate(entries, "driver", "570.172.08", facts), "driver-cdmm-grace-mig-gds") is None
 
