@@ -44,6 +44,7 @@ class ActionModule(ActionBase):
         "cordon": {"type": "dict", "default": {}},
         "uncordon_failed": {"type": "bool", "default": False},
         "fail": {"type": "bool", "default": True},
+        "close": {"type": "bool", "default": False},
     }
 
     def run(self, tmp=None, task_vars=None):
@@ -77,18 +78,25 @@ class ActionModule(ActionBase):
         return out, facts, not out["ok"]
 
     def _validation(self, args, now):
+        facts = {}
         if not args["validate"] or self._task.check_mode:
             why = "check mode" if self._task.check_mode else "kubegpu_validate is false"
-            out = {"ok": True, "skipped": True, "reasons": [],
+            out = {"ok": True, "skipped": True, "reasons": [], "record": args["maintenance"],
                    "msg": "%s: would validate %s (NVML, driver version, checkpoint, device plugin, allocatable)"
                           % (why, args["name"])}
-            return out, {}, False
-        reboot = dict(args["reboot"], reasons=args["reboot_reasons"]) if args["reboot"].get("boot_id") else None
-        out = rollout.validation_verdict(args["name"], args["checks"], args["api"], args["driver_version"],
-                                         int(args["timeout"]), args["maintenance"], reboot)
-        facts = {"kubegpu_maintenance": out["record"]}
-        if reboot:
-            facts.update(kubegpu_reboot_required=False, kubegpu_reboot_reasons=[])
+        else:
+            reboot = dict(args["reboot"], reasons=args["reboot_reasons"]) if args["reboot"].get("boot_id") else None
+            out = rollout.validation_verdict(args["name"], args["checks"], args["api"], args["driver_version"],
+                                             int(args["timeout"]), args["maintenance"], reboot)
+            facts["kubegpu_maintenance"] = out["record"]
+            if reboot:
+                facts.update(kubegpu_reboot_required=False, kubegpu_reboot_reasons=[])
+        if out["ok"] and args["close"]:
+            # the uncordon decision of a node that validated (the next task writes it)
+            closing = rollout.uncordon_decision(args["name"], out["record"], args["node"], args["annotation"], now)
+            out["uncordon"] = closing
+            out["msg"] += "; " + closing["msg"]
+            facts.update(kubegpu_rolling_reboot_uncordon=closing, kubegpu_maintenance=closing["record"])
         return out, facts, not out["ok"]
 
     def _uncordon(self, args, now):

@@ -22,7 +22,8 @@ description:
     PodDisruptionBudgets (O(pdbs)) that hold the drain.
   - C(validation) fails unless NVML answers with the expected driver, the loaded module matches the
     installed driver, the device checkpoint is current, the device plugin pod is Ready and the GPU
-    resources are back; records the reboot (O(reboot)) and the validation.
+    resources are back; records the reboot (O(reboot)) and the validation; with O(close) it also
+    decides the uncordon.
   - C(uncordon) says whether the node may be made schedulable (only when it was schedulable before
     the maintenance: the host fact, else the annotation on O(node)) and closes the record.
   - C(failure) records why the maintenance failed and whether the role had started one on the Node,
@@ -120,6 +121,13 @@ options:
     default: {}
   uncordon_failed:
     description: The closing patch failed, so the node is still in maintenance (C(failure)).
+    type: bool
+    default: false
+  close:
+    description:
+      - With C(validation), when the node validated (or validation is off or in check mode), also
+        decide the uncordon (as C(uncordon) does) and close the record; the result is in
+        RV(decision.uncordon) and the fact C(kubegpu_rolling_reboot_uncordon).
     type: bool
     default: false
   fail:

@@ -522,11 +522,12 @@ def start_maintenance(node, name, maintenance=None, annotation="kubegpu.io/maint
     already running (active and drained: nothing to start), and the record of the node's state
     before maintenance (from the annotation an earlier run left, else from the Node now).
 
-    Returns ``{exists, skip, already, record, annotations, drain_deadline, msg}``; ``annotations``
+    Returns ``{exists, skip, already, cordon, record, annotations, drain_deadline, msg}``
+    (``cordon``: the budget wait, cordon and drain are to run); ``annotations``
     is what the cordon patch writes (nothing when the annotation is there already)."""
     maintenance = maintenance if isinstance(maintenance, dict) else {}
-    out = {"exists": bool(node), "skip": False, "already": False, "record": maintenance, "annotations": {},
-           "drain_deadline": int(now) + int(drain_timeout)}
+    out = {"exists": bool(node), "skip": False, "already": False, "cordon": False, "record": maintenance,
+           "annotations": {}, "drain_deadline": int(now) + int(drain_timeout)}
     if not node:
         out["msg"] = "no Node %s in the cluster (set kubegpu_node_name for this host)" % name
         return out
@@ -540,6 +541,7 @@ def start_maintenance(node, name, maintenance=None, annotation="kubegpu.io/maint
     saved = parse_maintenance_annotation(annotations.get(annotation, ""))
     record = _record_from(node, saved, now)
     out["record"] = record
+    out["cordon"] = True
     if not saved:
         out["annotations"] = {annotation: maintenance_annotation(dict(record, by=ROLE))}
     out["msg"] = "%s: cordon and drain (cordoned before: %s%s)" % (

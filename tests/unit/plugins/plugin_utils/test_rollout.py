@@ -316,7 +316,7 @@ def test_start_records_the_state_before_maintenance_or_resumes_the_annotation():
     n = node("n1", cordoned=True)
     out = ro.start_maintenance(n, "n1", {}, now=1000, drain_timeout=60)
     rec = out["record"]
-    assert out["exists"] and not out["skip"] and not out["already"]
+    assert out["exists"] and not out["skip"] and not out["already"] and out["cordon"]
     assert rec["active"] is True and rec["drained"] is False and rec["was_unschedulable"] is True
     assert rec["boot_id"] == "boot-n1" and rec["allocatable"] == {"nvidia.com/gpu": 2} and rec["started"] == 1000
     assert out["drain_deadline"] == 1060
@@ -335,10 +335,11 @@ def test_start_without_node_with_skip_label_or_already_drained():
     assert "no Node gone" in ro.start_maintenance({}, "gone")["msg"]
     skip = ro.start_maintenance(node("n1", labels={"kubegpu.io/maintenance": "later"}), "n1",
                                 skip_label="kubegpu.io/maintenance")
-    assert skip["skip"] is True and "labelled kubegpu.io/maintenance" in skip["msg"]
+    assert skip["skip"] is True and skip["cordon"] is False and "labelled kubegpu.io/maintenance" in skip["msg"]
     running = {"active": True, "drained": True, "was_unschedulable": False}
     already = ro.start_maintenance(node("n1"), "n1", running)
     assert already["already"] is True and already["record"] == running and already["annotations"] == {}
+    assert already["cordon"] is False
 
 
 def test_drain_verdict_names_pods_and_budgets():

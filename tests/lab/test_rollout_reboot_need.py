@@ -1,0 +1,135 @@
+"""kubegpu.fleet.rolling_reboot with kubegpu_reboot=needed reboots exactly the nodes that need it.
+
+Three lab nodes whose /boot is laid out as three distributions install kernels (lab profile key
+``boot``, lab/kubegpu_lab/bootfs.py), around the running kernel release:
+
+* rn-kernel (Debian layout, /vmlinuz links in /): a newer kernel of the running flavour is
+  installed (``boot.pending_kernel``), as after ``apt upgrade`` before the reboot;
+* rn-sentinel (Ubuntu layout, /boot/vmlinuz links): /run/reboot-required exists, as after
+  unattended-upgrades (or the driver role);
+* rn-idle (RHEL-family layout with the rescue image): the newest installed kernel runs, no
+  sentinel, driver and module agree: nothing is pending.
+
+One run of the playbook; the boot IDs in the API before and after say which nodes rebooted, the
+plan says why the idle node was left out, and the run's JSON output counts the task executions
+per node (the goal: at most 20 in the whole rolling_reboot playbook).
+"""
+import os
+
+import pytest
+
+from lab_fixture import lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_reboot.yml")
+LAYOUT = {"rn-kernel": ("debian", True), "rn-sentinel": ("ubuntu", False), "rn-idle": ("rhel", False)}
+NODES = sorted(LAYOUT)
+MAX_TASKS_PER_NODE = 20
+
+PLUGIN = {
+    "apiVersion": "apps/v1", "kind": "DaemonSet",
+    "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"},
+    "spec": {"selector": {"matchLabels": {"name": "nvidia-device-plugin-ds"}},
+             "template": {"metadata": {"labels": {"name": "nvidia-device-plugin-ds"}},
+                          "spec": {"nodeSelector": {"nvidia.com/gpu.present": "true"},
+                                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                                    "effect": "NoSchedule"}],
+                                   "containers": [{"name": "nvidia-device-plugin-ctr",
+                                                   "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.2",
+                                                   "env": [{"name": "PASS_DEVICE_SPECS", "value": "true"},
+                                                           {"name": "FAIL_ON_INIT_ERROR", "value": "true"}],
+                                                   "securityContext": {"privileged": True}}]}}},
+}
+
+PROFILE = {
+    "name": "reboot-need",
+    "description": "three GPU nodes: a newer kernel installed, a reboot-required sentinel, nothing pending",
+    "defaults": {
+        "gpus": {"count": 1},
+        "kubelet": {"config": {
+            "kubeReserved": {"cpu": "500m", "memory": "5489Mi"}, "systemReserved": {"cpu": "500m", "memory": "512Mi"},
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
+                             "nodefs.inodesFree": "5%"}}},
+        "pods": [{"name": "train-{node}", "namespace": "ml", "gpus": 1, "app": "train"}],
+    },
+    "nodes": [{"name": n, "seed": "healthy", "boot": {"layout": LAYOUT[n][0], "pending_kernel": LAYOUT[n][1]}}
+              for n in NODES],
+    "cluster": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, PLUGIN]},
+}
+
+FAST = {
+    "kubegpu_drain_timeout": 90, "kubegpu_drain_retry_delay": 2, "kubegpu_drain_pod_wait": 60,
+    "kubegpu_validate_timeout": 90, "kubegpu_validate_poll": 2,
+    "kubegpu_node_ready_timeout": 120, "kubegpu_node_ready_poll": 1,
+    "kubegpu_budget_timeout": 20, "kubegpu_budget_poll": 2, "kubegpu_gpu_probe_timeout": 5,
+}
+ENV = {"ANSIBLE_PIPELINING": "1", "ANSIBLE_TIMEOUT": "30"}
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):  # noqa: F811
+    return lab_factory(PROFILE)
+
+
+def boot_ids(lab):
+    return dict((n, lab.node_obj(n)["status"]["nodeInfo"]["bootID"]) for n in NODES)
+
+
+def task_executions(res, host):
+    """Task results the play recorded for ``host`` (skipped ones and includes count too)."""
+    return sum(1 for play in res.data.get("plays", []) for task in play.get("tasks", [])
+               if host in task.get("hosts", {}))
+
+
+def test_the_lab_boot_directories_look_like_the_distributions(lab):
+    release = lab.ssh("rn-idle", "uname -r").stdout.strip()
+    debian = lab.ssh("rn-kernel", "ls /boot; readlink /vmlinuz /vmlinuz.old").stdout.split()
+    assert "vmlinuz-%s" % release in debian and "initrd.img-%s" % release in debian
+    assert any(x.startswith("boot/vmlinuz-") for x in debian)
+    ubuntu = lab.ssh("rn-sentinel", "readlink /boot/vmlinuz").stdout.strip()
+    assert ubuntu == "vmlinuz-%s" % release
+    rhel = lab.ssh("rn-idle", "ls -a /boot").stdout.split()
+    assert any(x.startswith("vmlinuz-0-rescue-") for x in rhel) and ".vmlinuz-%s.hmac" % release in rhel
+
+
+def test_needed_rollout_reboots_exactly_the_nodes_that_need_it(lab, ansible):
+    for name in NODES:
+        wait_for(lambda n=name: (lab.pod("ml", "train-%s" % n) or {}).get("status", {}).get("phase") == "Running",
+                 120, "train-%s Running" % name)
+    lab.ssh("rn-sentinel", "printf '*** System restart required ***\\n' > /run/reboot-required")
+    before = boot_ids(lab)
+
+    res = ansible.playbook(PLAYBOOK, inventory=lab.inventory, env=ENV, timeout=1200,
+                           extra_vars=dict(FAST, kubegpu_reboot="needed", kubegpu_max_unavailable=1))
+    assert res.rc == 0, (res.stdout + res.stderr)[-6000:]
+
+    after = boot_ids(lab)
+    rebooted = sorted(n for n in NODES if after[n] != before[n])
+    assert rebooted == ["rn-kernel", "rn-sentinel"], (before, after)
+
+    need = dict((n, res.task("kubegpu.fleet.rolling_reboot : Decide whether the node needs a reboot", host=n)["need"])
+                for n in NODES)
+    release = need["rn-idle"]["kernel"]["running"]
+    assert need["rn-kernel"]["reasons"] == ["kernel %s is installed, %s is running"
+                                            % (need["rn-kernel"]["kernel"]["newest"], release)]
+    assert need["rn-sentinel"]["reasons"] == ["sentinel /run/reboot-required"]
+    assert need["rn-idle"]["reboot"] is False and need["rn-idle"]["pending_reasons"] == []
+    assert need["rn-idle"]["kernel"]["pending"] is False and need["rn-idle"]["kernel"]["newest"] == release
+    assert need["rn-idle"]["driver"]["pending"] is False
+
+    plan = res.task("kubegpu.fleet.rolling_reboot : Plan the rollout")["ansible_facts"]["kubegpu_rollout"]
+    assert sorted(plan["hosts"]) == ["rn-kernel", "rn-sentinel"]
+    assert plan["skipped"] == [{"host": "rn-idle", "node": "rn-idle",
+                                "reason": "nothing to do: no reboot pending, no maintenance left open"}]
+    for name in NODES:
+        node = lab.node_obj(name)
+        assert not node["spec"].get("unschedulable"), name
+        assert "kubegpu.io/maintenance" not in (node["metadata"].get("annotations") or {})
+    # the sentinel went with the reboot (/run is a tmpfs); the pending kernel stays pending (the lab
+    # node runs the host's kernel), as a node whose boot loader did not pick the new kernel would
+    assert lab.ssh("rn-sentinel", "test -e /run/reboot-required", check=False).returncode != 0
+
+    counts = dict((n, task_executions(res, n)) for n in NODES)
+    print("task executions per node: %s" % counts)
+    assert counts["rn-idle"] <= 4, counts   # the need check only (include_role, its argument check, 2 tasks)
+    assert max(counts.values()) <= MAX_TASKS_PER_NODE, counts
