@@ -520,3 +520,48 @@ def test_audit_plain_tree_list_mode(tmp_path):
     assert res["broken"] == [{"path": "/kubepods/burstable/pod%s/%s" % (UID, CID[::-1]),
                               "pod_uid": UID, "container_id": CID[::-1],
                               "missing": ["nvidia-uvm"], "diagnosis": by[CID[::-1]]["diagnosis"]}]
+
+
+# ------------------------------------------------------------ hostile devices.list (issue 13)
+
+def test_huge_devices_list_is_too_large_not_a_parse_error(tmp_path):
+    leaf = tmp_path / "c"
+    leaf.mkdir()
+    with open(str(leaf / "devices.list"), "wb") as f:
+        f.write(b"c 195:0 rwm\n" * 20)
+        f.truncate(50 << 20)  # 50 MB: the first MiB parses, the rest is NUL bytes
+    with pytest.raises(CgroupDevicesError) as e:
+        cd.list_verdicts(str(leaf), [])
+    assert "too large to be a devices.list" in str(e.value)
+    assert "line 1" not in str(e.value) and "expected 3 fields" not in str(e.value)
+
+
+def test_devices_list_under_the_bound_is_read_whole(tmp_path):
+    """Many rules (a few MiB) are still read completely: the last one counts."""
+    leaf = tmp_path / "c"
+    leaf.mkdir()
+    rules = "".join("b 8:%d rwm\n" % i for i in range(200000)) + "c 195:7 rwm\n"
+    assert 1 << 20 < len(rules) < cd.DEVICES_LIST_LIMIT
+    (leaf / "devices.list").write_text(rules)
+    table = [{"name": "nvidia7", "type": "c", "major": 195, "minor": 7, "needs": "rw"}]
+    verdicts, allow_all = cd.list_verdicts(str(leaf), table)
+    assert verdicts == {"nvidia7": ("allowed", None)} and allow_all is False
+
+
+@pytest.mark.parametrize("make, message", [
+    (os.mkfifo, "is a FIFO"),
+    (os.mkdir, "is a directory"),
+    (lambda p: (os.symlink(p + ".b", p), os.symlink(p, p + ".b")), "symlink loop"),
+])
+def test_devices_list_that_is_not_a_file_is_refused_without_blocking(tmp_path, make, message):
+    leaf = tmp_path / "c"
+    leaf.mkdir()
+    make(str(leaf / "devices.list"))
+    with pytest.raises(CgroupDevicesError, match=message):
+        cd.list_verdicts(str(leaf), [])
+
+
+@pytest.mark.parametrize("value", [float("nan"), 1e300, -1])
+def test_out_of_range_probe_timeout(tmp_path, value):
+    with pytest.raises(CgroupDevicesError, match="probe_timeout must be between"):
+        cd.audit(str(tmp_path), str(tmp_path), str(tmp_path), probe_timeout=value)

@@ -240,3 +240,57 @@ def test_apply_facts_fills_only_unknowns():
     assert node["kernel_module_version"] == "570.172.08"
     assert node["gpu_names"] == ["NVIDIA H100 80GB HBM3"] * 2
     assert detection["probe"]["status"] == "ok"
+
+
+# ------------------------------------------------------------ bounded_runner (issue 13)
+
+def _script(tmp_path, body):
+    path = tmp_path / "tool"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_bounded_runner_decodes_non_utf8_output_to_valid_text(tmp_path):
+    tool = _script(tmp_path, r"printf 'nvidia-utils-\351\377570\t1.0\tii \tall\n'; printf '\376' >&2")
+    rc, out, err = dn.bounded_runner(10)([tool])
+    assert rc == 0
+    assert out == "nvidia-utils-\ufffd\ufffd570\t1.0\tii \tall\n" and err == "\ufffd"
+    out.encode("utf-8")  # valid UTF-8 JSON for the controller: no surrogates
+    assert [p["name"] for p in dpk.parse_dpkg_query(out)] == ["nvidia-utils-\ufffd\ufffd570"]
+
+
+def test_bounded_runner_kills_a_command_past_its_deadline(tmp_path):
+    pidfile = str(tmp_path / "pid")
+    tool = _script(tmp_path, "echo $$ > '%s'; exec sleep 300" % pidfile)
+    rc, out, err = dn.bounded_runner(0.5)([tool])
+    assert rc == dn.RC_TIMEOUT and out == ""
+    assert "did not finish within 0.5s; it was killed" in err
+    with open(pidfile) as f:
+        pid = int(f.read())
+    assert not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split(") ")[1][0] in "ZX"
+
+
+def test_bounded_runner_bounds_output_and_reports_missing_tools(tmp_path):
+    rc, _out, err = dn.bounded_runner(30, limit=1000)(["head", "-c", "5000", "/dev/zero"])
+    assert rc == dn.RC_TIMEOUT and "printed more than 1000 bytes" in err
+    rc, _out, err = dn.bounded_runner(30)([str(tmp_path / "no-such-tool")])
+    assert rc == dn.RC_CANNOT_RUN and "cannot run" in err and "no-such-tool" in err
+
+
+def test_bounded_runner_environment(tmp_path):
+    run = dn.bounded_runner(10, environ_update={"LC_ALL": "C", "KUBEGPU_X": "1"})
+    rc, out, _err = run(["sh", "-c", "echo $LC_ALL $KUBEGPU_X $KUBEGPU_Y"], environ_update={"KUBEGPU_Y": "2"})
+    assert (rc, out) == (0, "C 1 2\n")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -1, 0, "soon"])
+def test_bounded_runner_refuses_bad_timeouts(value):
+    with pytest.raises(ValueError, match="command timeout"):
+        dn.bounded_runner(value)
+
+
+def test_query_timeout_is_a_package_query_error(tmp_path):
+    tool = _script(tmp_path, "exec sleep 300")
+    pkgs, err = dpk.query_packages(dn.bounded_runner(0.5), "dpkg", tool)
+    assert pkgs == [] and "rc=124" in err and "did not finish within 0.5s" in err

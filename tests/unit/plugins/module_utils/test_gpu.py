@@ -636,3 +636,62 @@ def test_dev_char_links_checked_against_real_nodes(tmp_path):
     assert dev_char_link_ok(str(dev), 195, 0) is False
     assert dev_char_link_ok(str(dev), 195, 9) is False
     assert dev_char_link_ok(str(dev), 195, 1) is False
+
+
+# ------------------------------------------------------------------ hostile procfs (issue 13)
+
+def test_procfs_gpus_counts_only_entries_with_a_readable_information_file(tmp_path):
+    proc = fakenvml.write_procfs(str(tmp_path / "proc"), gpus=[fakenvml.gpu(0)])
+    base = os.path.join(proc, "driver", "nvidia", "gpus")
+    os.symlink("/nonexistent/kubegpu-gone", os.path.join(base, "0000:99:00.0"))  # dangling
+    os.makedirs(os.path.join(base, "0000:9a:00.0"))  # no information file
+    os.makedirs(os.path.join(base, "0000:9b:00.0"))
+    os.mkfifo(os.path.join(base, "0000:9b:00.0", "information"))
+    warnings = []
+    found = procfs_gpus(proc, warnings)
+    assert [g["minor_number"] for g in found] == [0]
+    assert len(warnings) == 3
+    assert all("is not counted as a GPU" in w for w in warnings)
+    assert "0000:9b:00.0 is not counted as a GPU" in warnings[2] and "a FIFO" in warnings[2]
+
+
+def test_driver_version_that_is_no_version_is_a_probe_error(node, tmp_path):
+    node.setup([fakenvml.gpu(0, mig=False)])
+    copy = node.driver.copy_to(str(tmp_path / "root"))
+    root, smi = copy.root, copy.smi
+    real = smi + ".real"
+    os.rename(smi, real)
+    with open(smi, "w") as f:
+        f.write("#!/bin/sh\n'%s' \"$@\" | sed 's|<driver_version>[^<]*<|<driver_version>abc<|'\n" % real)
+    os.chmod(smi, 0o755)
+    f = node.facts(driver_root=root, backend="nvidia_smi")
+    # Not believed from the probe: the version comes from the library's file name instead.
+    assert f["driver_version"] == V and f["driver_version_source"] == "library_file"
+    assert f["probe"]["status"] == "error" and "'abc'" in f["probe"]["error"]
+    assert f["gpu_count"] == 1  # the GPUs it did list are kept
+    assert any("'abc'" in w for w in f["warnings"])
+
+
+def test_unreadable_procfs_is_never_a_silent_absent(node, tmp_path):
+    node.setup([], kernel=None, dev_nodes=False)
+    os.makedirs(node.proc, exist_ok=True)
+    for name in ("devices", "modules"):
+        path = os.path.join(node.proc, name)
+        if os.path.exists(path):
+            os.remove(path)
+        os.mkfifo(path)
+    empty = tmp_path / "empty-root"
+    empty.mkdir()
+    f = node.facts(driver_root=str(empty))
+    assert f["present"] is False
+    assert any("devices is a FIFO" in w for w in f["warnings"])
+    assert any("modules is a FIFO" in w for w in f["warnings"])
+    assert f["warnings"][-1].startswith("present is false, but procfs could not be fully read")
+
+
+def test_readable_procfs_without_driver_has_no_warnings(node, tmp_path):
+    node.setup([], kernel=None, dev_nodes=False)
+    empty = tmp_path / "empty-root"
+    empty.mkdir()
+    f = node.facts(driver_root=str(empty))
+    assert f["present"] is False and f["warnings"] == []

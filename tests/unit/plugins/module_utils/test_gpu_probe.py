@@ -190,3 +190,38 @@ def test_interrupted_parent_kills_the_child(tmp_path):
         pid = int(f.read())
     # Killed and reaped by run_in_child: not even a zombie is left.
     assert not os.path.exists("/proc/%d" % pid)
+
+
+def test_what_a_probe_daemonises_is_killed_with_it(tmp_path):
+    """A descendant that leaves the probe's session (double fork + setsid) would survive the
+    session kill; run_in_child takes it back as child subreaper and kills it. By pid."""
+    pidfile = str(tmp_path / "daemon.pid")
+    daemonise = ["sh", "-c", "( setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > '%s' )" % pidfile]
+
+    def answers(emit):
+        subprocess.run(daemonise, check=True)  # no subreaper in the child: it goes to us
+        return "done"
+
+    out = run_in_child(answers, timeout=30)
+    assert out.status == "ok" and out.value["value"] == "done"
+    with open(pidfile) as f:
+        pid = int(f.read())
+    assert out.leftovers == []
+    assert not _alive(pid)
+
+
+def test_what_a_hung_probe_daemonised_is_killed_too(tmp_path):
+    pidfile = str(tmp_path / "daemon.pid")
+
+    def hangs(emit):
+        subprocess.run(["sh", "-c", "( setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > '%s' )"
+                        % pidfile], check=True)
+        emit.stage("daemonised")
+        time.sleep(300)
+
+    out = run_in_child(hangs, timeout=1.0)
+    assert out.status == "hung" and out.stage == "daemonised"
+    with open(pidfile) as f:
+        pid = int(f.read())
+    assert out.leftovers == []
+    assert not _alive(pid)

@@ -222,3 +222,97 @@ def test_admission_blocked_from_kubelet_journal_alone():
     assert f[0]["evidence"]["kubelet_log_unanswered_allocations"][0]["pod"] == "ml/train-late"
     young = {"allocation_log": {"unanswered": [{"pod": "ml/x", "age_seconds": 10}]}}
     assert fd.evaluate_node({"kubelet": young}, pending_threshold_s=300) == []
+
+
+# ------------------------------------------------------------- malformed input (issue 13)
+
+@pytest.mark.parametrize("node, problem", [
+    ({"metadata": None}, "metadata is missing or null"),
+    ({"metadata": ["gpu-9"]}, "metadata is a list, expected an object"),
+    ({"metadata": {"name": 7}}, "metadata.name is a number, expected a string"),
+    ("gpu-9", "node is a string, not an object"),
+])
+def test_cluster_view_nodes_that_cannot_be_named_are_listed_as_malformed(node, problem):
+    good = {"metadata": {"name": "gpu-1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    view = cl.cluster_view([good, node], [], [], [], now=NOW)
+    assert list(view["nodes"]) == ["gpu-1"] and view["nodes"]["gpu-1"]["ready"] is True
+    assert len(view["malformed"]) == 1 and problem in view["malformed"][0]
+
+
+def test_cluster_view_wrong_types_inside_a_node_and_its_pods_are_recorded_there():
+    node = {"metadata": {"name": "gpu-1", "labels": ["x"]}, "spec": "cordoned",
+            "status": {"conditions": {"type": "Ready"}, "allocatable": {1: 2, "nvidia.com/gpu": "8"},
+                       "nodeInfo": "b-1"}}
+    pods = [
+        {"metadata": {"name": "a", "namespace": "ml", "uid": "u-a", "ownerReferences": "ds"},
+         "spec": {"nodeName": "gpu-1", "containers": "cuda"}, "status": "Pending"},
+        {"metadata": {"name": "b", "namespace": "ml", "uid": "u-b", "creationTimestamp": "2026-11-22T05:00:00Z"},
+         "spec": {"nodeName": "gpu-1", "containers": [None, {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+                                                              "env": "PASS_DEVICE_SPECS=true", "args": "x"}]},
+         "status": {"phase": "Pending", "conditions": [None, "PodScheduled"]}},
+        {"metadata": {"name": "c", "namespace": "ml"}, "spec": {"nodeName": ["gpu-1"]}},
+    ]
+    events = [{"involvedObject": "Pod/b", "source": "kubelet"}, {"reportingComponent": 5}]
+    view = cl.cluster_view([node], pods, [{"spec": {"template": "x"}}, "ds"], events, now=NOW)
+    n = view["nodes"]["gpu-1"]
+    assert n["ready"] is None and n["labels"] == {} and n["allocatable"] == {"nvidia.com/gpu": "8"}
+    assert n["boot_id"] is None and n["unschedulable"] is False
+    assert [p["name"] for p in n["pods"]] == ["a", "b"]
+    assert n["pods"][0]["phase"] is None
+    assert n["pending_pods"] == [{"namespace": "ml", "name": "b", "uid": "u-b", "pending_seconds": 3600,
+                                  "kubelet_events": False}]
+    assert n["device_plugin"]["pass_device_specs"] is None
+    text = " | ".join(n["malformed"])
+    for part in ("Node: metadata.labels is a list", "Node: spec is a string",
+                 "Node: status.conditions is an object", "Node: status.nodeInfo is a string",
+                 "pod ml/a: metadata.ownerReferences is a string", "spec.containers is a string",
+                 "status is a string"):
+        assert part in text, (part, text)
+    top = " | ".join(view["malformed"])
+    assert "pod ml/c: spec.nodeName is a list" in top
+    assert "daemonset #1: daemonset is a string" in top
+
+
+def test_cluster_view_odd_times_do_not_raise():
+    pods = [{"metadata": {"name": n, "namespace": "ml", "uid": n, "creationTimestamp": t},
+             "spec": {"nodeName": "gpu-1"}, "status": {"phase": "Pending"}}
+            for n, t in (("a", "0001-01-01T00:00:00+23:59"), ("b", "not a time"), ("c", 17),
+                         ("d", "9999-12-31T23:59:59.999999999Z"))]
+    view = cl.cluster_view([{"metadata": {"name": "gpu-1"}}], pods, now=NOW)
+    secs = dict((p["name"], p["pending_seconds"]) for p in view["nodes"]["gpu-1"]["pending_pods"])
+    assert secs["b"] is None and secs["c"] is None
+    assert isinstance(secs["a"], int) and secs["d"] < 0
+
+
+def test_evaluate_node_tolerates_results_of_any_shape():
+    ctx = {"nvidia": {"present": True, "probe": "hung", "device_nodes": "nvidia-uvm",
+                      "kernel_modules": ["nvidia_uvm"]},
+           "driver_guard": {"verdict": "known_bad", "matches": ["x", None, {"id": "r570", "references": "u"}],
+                            "compute_utils": "yes", "reboot_pending": False},
+           "api": {"pending_pods": [{"name": "a", "pending_seconds": "lots"}, "b", {"pending_seconds": 900}],
+                   "pods": "none", "device_plugin": "nvdp"},
+           "kubelet": {"cpu_manager_policy": "static", "memory": {"reserved_total_bytes": "1Gi",
+                                                                  "recommended_reserved_bytes": 2 * GIB},
+                       "allocation_log": {"unanswered": [None, {"age_seconds": "old"}]}},
+           "cgroups": {"containers": [{"gpu": True, "pod_uid": ["x"], "missing": ["nvidia-uvm", {"name": "nvidia0",
+                                                                                                 "required": True}]}]},
+           "checkpoint": ["stale"],
+           "errors": {1: "x", "gpu_facts": None}}
+    found = fd.evaluate_node(ctx, pending_threshold_s=300)
+    assert ids(found) == ["audit.module_failed", "audit.module_failed", "cgroup.devices_missing",
+                          "driver.known_bad", "kubelet.admission_blocked", "kubelet.memory_reservation",
+                          "uvm.node_missing"]
+    known_bad = [f for f in found if f["id"] == "driver.known_bad"][0]
+    assert known_bad["evidence"]["matches"] == ["r570"]
+
+
+def test_a_rule_that_still_trips_is_reported_and_the_others_run(monkeypatch):
+    def broken(ctx):
+        return ctx["nvidia"]["probe"]["status"].upper()  # AttributeError on a non-str status
+
+    monkeypatch.setattr(fd, "rule_checkpoint", broken)
+    found = fd.evaluate_node({"nvidia": {"probe": {"status": 5}}, "api": {"ready": False}})
+    assert ids(found) == ["audit.module_failed", "node.not_ready"]
+    failed = [f for f in found if f["id"] == "audit.module_failed"][0]
+    assert failed["evidence"]["probe"] == "evaluate:checkpoint"
+    assert "malformed input for rule checkpoint: AttributeError" in failed["evidence"]["error"]
