@@ -29,6 +29,9 @@ floor   = sum over batches of the slowest node's cordon -> ready (the node's own
 rollout = first cordon -> last uncordon (API); the playbook's wall time adds the plan, the
           per-node checks and Ansible's start and end
 overhead = rollout / floor - 1 (goal <= 15 %)
+tasks per node = task executions the callback saw start on the node in the measured run (its
+          `need` check before the plan, skipped tasks and includes counted; goal <= 20), and the
+          same for the warm-up run where nothing is pending
 A second floor, cordon -> device plugin Ready (the node is fit for GPU work, which validation
 waits for), is reported beside it.
 """
@@ -46,6 +49,7 @@ TITLE = "Rollout overhead (rolling_reboot, 6 nodes, max_unavailable 2)"
 PROFILE = os.path.join(benchlib.HERE, "rollout-profile.yml")
 NODES = 6
 GOAL_OVERHEAD = 0.15
+GOAL_TASKS_PER_NODE = 20   # task executions per node in the whole playbook (issue 12)
 PLAYBOOK = "kubegpu.fleet.rolling_reboot"
 ROLLOUT_VARS = {"kubegpu_max_unavailable": 2, "kubegpu_max_parallel": 0, "kubegpu_reboot": "always"}
 PLUGIN_DS = "nvidia-device-plugin-daemonset"
@@ -344,7 +348,8 @@ def run(ctx):
                 return res, timeline
 
             # warm-up: nothing pending, kubegpu_reboot=needed -> plan and checks only, no change
-            noop, _tl = play("noop", dict(ROLLOUT_VARS, kubegpu_reboot="needed"))
+            noop, noop_tl_path = play("noop", dict(ROLLOUT_VARS, kubegpu_reboot="needed"))
+            noop_timeline, _plan = _load_timeline(noop_tl_path)
             since = max([e["seq"] for e in client.history(nodes=False)] or [0])
             boot_before = dict((n["metadata"]["name"], n["status"]["nodeInfo"]["bootID"])
                                for n in client.state()["objects"]["nodes"])
@@ -369,9 +374,14 @@ def run(ctx):
         "vars": ROLLOUT_VARS, "playbook_wall_s": res["wall_s"], "playbook_cpu_s": res["cpu_s"],
         "playbook_main_cpu_s": res["main_cpu_s"], "noop_wall_s": noop["wall_s"], "noop_cpu_s": noop["cpu_s"],
         "overhead_playbook": res["wall_s"] / a["floor_s"] - 1,
+        "tasks_per_node": dict((n, _task_count(timeline, n)) for n in nodes),
+        "noop_tasks_per_node": dict((n, _task_count(noop_timeline, n)) for n in nodes),
         "max_unavailable_gpu_nodes_seen": worst,
         "goal": {"overhead": GOAL_OVERHEAD, "value": a["overhead"], "met": a["overhead"] <= GOAL_OVERHEAD},
     })
+    worst_tasks = max(a["tasks_per_node"].values())
+    a["goal_tasks"] = {"tasks_per_node": GOAL_TASKS_PER_NODE, "value": worst_tasks,
+                       "met": worst_tasks <= GOAL_TASKS_PER_NODE}
     return a
 
 
@@ -391,8 +401,8 @@ def _sources(r):
         spread += b["span_s"] - (slow["cordon_to_uncordon_s"])
     return [("Ready -> the role sees it (ansible.builtin.reboot reconnecting with its back-off, then the Ready wait)",
              after_ready),
-            ("validation (gpu_facts, driver_guard, checkpoint_sync over ssh; plugin pod and allocatable in one "
-             "in-process wait)", validate),
+            ("validation (rollout_node_check: gpu_facts, driver_guard, checkpoint_sync over ssh in one task; "
+             "plugin pod and allocatable in one in-process wait; the verdict)", validate),
             ("validated -> uncordon (one resourceVersion-guarded patch: uncordon + annotations)", uncordon),
             ("between batches (last uncordon -> next batch's cordon: role start, Node read, budget check, cordon + "
              "annotation in one patch)", gaps),
@@ -417,6 +427,11 @@ def summary(r):
     if r.get("floor_node_work_s"):
         lines.append("stricter floor, the node's own work only (cordon -> its pods gone, + reboot issued -> Ready): "
                      "%.1f s; overhead against it %.0f %%" % (r["floor_node_work_s"], 100 * r["overhead_node_work"]))
+    gt = r["goal_tasks"]
+    lines.append("task executions per node: at most %d (goal <= %d: %s; %s); nothing pending: at most %d"
+                 % (gt["value"], gt["tasks_per_node"], "met" if gt["met"] else "NOT met",
+                    ", ".join("%s %d" % (n, c) for n, c in sorted(r["tasks_per_node"].items())),
+                    max(r["noop_tasks_per_node"].values())))
     for i, b in enumerate(r["batches"]):
         slow = max(b["rows"], key=lambda x: x["cordon_to_ready_s"])
         lines.append("batch %d %s: span %.1f s, floor %.1f s (%s: cordon->drained %s, drained->reboot %s, "
@@ -475,6 +490,11 @@ def render(r):
     out.append(benchlib.md_table(["batch", "node", "cordon -> drained", "drained -> reboot issued",
                                   "reboot -> Ready (API)", "Ready -> role sees it", "-> validated",
                                   "validated -> uncordon", "cordon -> Ready", "cordon -> uncordon", "tasks"], rows))
+    gt = r["goal_tasks"]
+    out += ["", "Task executions per node in the whole playbook (its `need` check, the maintenance; skipped "
+            "tasks and includes count): at most **%d** (goal <= %d: %s); with nothing pending at most %d."
+            % (gt["value"], gt["tasks_per_node"], "met" if gt["met"] else "not met",
+               max(r["noop_tasks_per_node"].values()))]
     polls = sum(x["ready_polls"] - 1 + x["validate_retries"] for b in r["batches"] for x in b["rows"])
     out += ["", "Seconds; `tasks`: task executions the node went through (its `need` check before the plan "
             "included). The role's waits (Ready, NVML, module, checkpoint, plugin, allocatable) checked again %d "
