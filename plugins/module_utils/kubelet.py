@@ -406,7 +406,7 @@ def systemd_main_pid(unit, systemctl, timeout=VERSION_TIMEOUT):
     MainPID 0 (unit not running) gives ``(None, None)``."""
     safe_io.check_unit_name(unit, "kubelet unit")
     try:
-        res = safe_io.run_command([systemctl, "show", "-p", "MainPID", "--value", "--", unit],
+        res = safe_io.run_command([systemctl, "show", "-p", "MainPID", "--value", unit],
                                   timeout, limit=4096, env=dict(os.environ, LC_ALL="C",
                                                                 SYSTEMD_PAGER=""))
     except (safe_io.UnsafeInput, OSError) as e:
@@ -438,7 +438,7 @@ def in_unit_cgroup(proc_path, pid, unit):
 
 
 def identify_kubelet(proc_path="/proc", unit=DEFAULT_UNIT, systemctl=None,
-                     timeout=VERSION_TIMEOUT, name="kubelet"):
+                     timeout=VERSION_TIMEOUT, name="kubelet", sd_booted=None):
     """Find the node's kubelet the way the node knows it, never by name alone.
 
     1. The MainPID of the kubelet systemd unit (``systemctl show -p MainPID``; only for the
@@ -451,6 +451,7 @@ def identify_kubelet(proc_path="/proc", unit=DEFAULT_UNIT, systemctl=None,
     Returns ``{"proc", "method", "candidates", "rejected", "errors"}``: ``proc`` as in
     :func:`find_kubelet_processes` plus the trust details, ``method`` ``systemd``, ``cgroup``,
     ``root-owned`` or None; ``rejected`` lists impostors ``{"pid", "uid", "exe", "why"}``.
+    ``sd_booted`` None means "systemd is PID 1" (``/run/systemd/system`` exists).
     """
     errors = []
     procs = find_kubelet_processes(proc_path, name)
@@ -465,9 +466,9 @@ def identify_kubelet(proc_path="/proc", unit=DEFAULT_UNIT, systemctl=None,
                 for p in procs if chosen is None or p["pid"] != chosen["pid"]]
 
     main_pid = None
-    # sd_booted(): systemd is PID 1 when /run/systemd/system exists.
-    if systemctl and os.path.realpath(proc_path) == "/proc" and \
-            os.path.isdir("/run/systemd/system"):
+    if sd_booted is None:  # sd_booted(3): systemd is PID 1 when /run/systemd/system exists
+        sd_booted = os.path.isdir("/run/systemd/system")
+    if systemctl and sd_booted and os.path.realpath(proc_path) == "/proc":
         main_pid, err = systemd_main_pid(unit, systemctl, timeout)
         if err:
             errors.append(err)

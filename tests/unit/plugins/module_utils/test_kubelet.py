@@ -858,6 +858,69 @@ def test_unit_cgroup_picks_among_root_processes(tmp_path):
     assert sorted(r["pid"] for r in found["rejected"]) == [50, 52]
 
 
+def _named_kubelet(tmp_path, name, owner=0):
+    """A copy of sleep named kubelet, started as ``owner``; returns the Popen."""
+    d = tmp_path / name
+    d.mkdir(mode=0o755)
+    binary = str(d / "kubelet")
+    shutil.copy("/bin/sleep", binary)
+    os.chmod(binary, 0o755)
+    os.chown(str(d), owner, owner)
+    os.chown(binary, owner, owner)
+    argv = [binary, "300"]
+    if owner:
+        argv = ["setpriv", "--reuid=%d" % owner, "--regid=%d" % owner, "--clear-groups"] + argv
+    return subprocess.Popen(argv)
+
+
+def _wait_named(pid):
+    """Until ``pid`` runs the kubelet-named binary (exec done); readiness, not timing."""
+    for _i in range(2000):
+        try:
+            with open("/proc/%d/comm" % pid) as f:
+                if f.read().strip() == "kubelet":
+                    return
+        except (IOError, OSError):
+            pass
+        time.sleep(0.005)
+    raise AssertionError("pid %d never became kubelet" % pid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv")
+def test_systemd_main_pid_wins_on_the_real_proc(tmp_path):
+    """systemd's MainPID is the kubelet even when an older impostor and other root processes
+    named kubelet exist (a stand-in systemctl answers for the unit: systemd is not PID 1 here)."""
+    os.chmod(str(tmp_path), 0o755)
+    impostor = _named_kubelet(tmp_path, "mallory", owner=65534)
+    others = [_named_kubelet(tmp_path, "other")]
+    real = _named_kubelet(tmp_path, "real")
+    try:
+        for p in [impostor, real] + others:
+            _wait_named(p.pid)
+        calls = tmp_path / "calls"
+        systemctl = write_script(str(tmp_path / "systemctl"),
+                                 "#!/bin/sh\necho \"$*\" >> %s\necho %d\n" % (calls, real.pid))
+        found = k.identify_kubelet("/proc", "kubelet.service", systemctl, sd_booted=True)
+        assert found["method"] == "systemd" and found["proc"]["pid"] == real.pid
+        assert calls.read_text() == "show -p MainPID --value kubelet.service\n"
+        rejected = dict((r["pid"], r) for r in found["rejected"])
+        assert "not root" in rejected[impostor.pid]["why"]
+        assert others[0].pid in rejected
+        # the unit is not running (MainPID 0): fall back to ownership, which is ambiguous here
+        write_script(systemctl, "#!/bin/sh\necho 0\n")
+        found = k.identify_kubelet("/proc", "kubelet.service", systemctl, sd_booted=True)
+        assert found["method"] != "systemd"
+        assert found["proc"] is None or found["proc"]["pid"] != impostor.pid
+        # a unit name that could expand is refused before systemctl runs
+        with pytest.raises(ValueError, match="must be a systemd unit name"):
+            k.identify_kubelet("/proc", "kube*", systemctl, sd_booted=True)
+    finally:
+        for p in [impostor, real] + others:
+            p.kill()
+            p.wait()
+
+
 def test_fifo_and_odd_proc_files_never_block(tmp_path):
     fp = FakeProc(tmp_path)
     d = fp.add_process(60, ["/usr/bin/kubelet"])
