@@ -117,7 +117,12 @@ class ActionModule(ActionBase):
         except reboot_need.RebootNeedError as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        result.update(changed=False, need=need, msg=need["msg"], ansible_facts={FACT: need})
+        msg = need["msg"]
+        if self._task.check_mode and need["reboot"]:
+            name = ((args["node"].get("metadata") or {}).get("name")
+                    or (task_vars or {}).get("inventory_hostname") or "the node")
+            msg = "check mode: would reboot %s (%s)" % (name, "; ".join(need["reasons"]))
+        result.update(changed=False, need=need, msg=msg, ansible_facts={FACT: need})
         return result
 
     def _driver_guard(self, args, task_vars):

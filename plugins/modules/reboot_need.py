@@ -172,7 +172,7 @@ need:
       description: The decision in one line.
       type: str
 msg:
-  description: RV(need.msg).
+  description: "RV(need.msg); in check mode, for a node this run would reboot, C(check mode: would reboot NAME (reasons))."
   returned: success
   type: str
   sample: "no reboot needed (kubegpu_reboot=needed): the running kernel 6.1.0-27-amd64 is the newest installed; driver 570.172.08 installed and loaded"

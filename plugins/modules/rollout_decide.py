@@ -25,7 +25,7 @@ description:
     resources are back; records the reboot (O(reboot)) and the validation; with O(close) it also
     decides the uncordon.
   - C(uncordon) says whether the node may be made schedulable (only when it was schedulable before
-    the maintenance: the host fact, else the annotation on O(node)) and closes the record.
+    the maintenance, by the host fact, else by the annotation on O(node)) and closes the record.
   - C(failure) records why the maintenance failed and whether the role had started one on the Node,
     and fails with that message.
   - Runs on the controller only; never connects to the node or the API.
