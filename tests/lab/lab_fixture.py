@@ -167,6 +167,32 @@ def wait_for(predicate, timeout, what, interval=0.5):
     raise AssertionError("timed out after %ss waiting for %s (last: %r)" % (timeout, what, last))
 
 
+def journal_cursor(lab, node, unit="kubelet"):
+    """The journal cursor of the unit's last entry on the node (None when it has none yet)."""
+    out = lab.ssh(node, "journalctl -u %s -n 1 --show-cursor -o cat --no-pager" % unit).stdout
+    cursors = [line[len("-- cursor: "):].strip() for line in out.splitlines() if line.startswith("-- cursor: ")]
+    return cursors[-1] if cursors else None
+
+
+def journal_since(lab, node, cursor, unit="kubelet"):
+    """The unit's journal lines (message only) after ``cursor`` (all of them for None)."""
+    after = " --after-cursor='%s'" % cursor if cursor else ""
+    return lab.ssh(node, "journalctl -u %s -o cat --no-pager%s" % (unit, after)).stdout.splitlines()
+
+
+CPU_MANAGER_RECONCILED = "[cpumanager] reconcileState: updated container cgroups"
+
+
+def wait_for_cpu_manager_reconciles(lab, node, cursor, count=2, timeout=180):
+    """Wait until the node's kubelet logged ``count`` CPU manager reconcile passes after ``cursor``
+    (the kubelet logs each at verbosity 4): with count=2 at least one whole pass began after the
+    cursor was taken. The event a "nothing was wiped" check must wait for, instead of sleeping
+    through reconcile periods and hoping they ran."""
+    return wait_for(lambda: len([line for line in journal_since(lab, node, cursor)
+                                 if CPU_MANAGER_RECONCILED in line]) >= count,
+                    timeout, "%d CPU manager reconcile passes on %s" % (count, node), interval=1)
+
+
 def assert_lab_gone(lab):
     """Nothing of the lab may be left: processes, cgroups, mounts, directories."""
     assert not cgroups.lab_procs(lab.name), "lab %s left processes %s" % (lab.name, cgroups.lab_procs(lab.name))

@@ -7,11 +7,11 @@ reservation. Also: PDB-blocked eviction through ``kubectl drain`` and
 ``kubernetes.core.k8s_drain`` against lab nodes.
 """
 import json
-import time
 
 import pytest
 
-from lab_fixture import device_plugin_ds, lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+from lab_fixture import (CPU_MANAGER_RECONCILED, device_plugin_ds, journal_cursor, journal_since,  # noqa: F401
+                         lab_factory, wait_for, wait_for_cpu_manager_reconciles)  # pylint: disable=unused-import
 
 RESERVED = {"kubeReserved": {"cpu": "1", "memory": "5489Mi"}, "systemReserved": {"cpu": "500m", "memory": "1Gi"},
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
@@ -64,7 +64,7 @@ def phase(lab, namespace, name):
     return ((lab.pod(namespace, name) or {}).get("status") or {}).get("phase")
 
 
-def running(lab, namespace, name, timeout=60):
+def running(lab, namespace, name, timeout=120):
     return wait_for(lambda: phase(lab, namespace, name) == "Running", timeout, "%s/%s Running" % (namespace, name))
 
 
@@ -88,11 +88,17 @@ def test_r570_nvml_init_hangs_on_the_mig_mixed_node(lab):
                           "json.load(open('/etc/kubegpu-lab/nvml.json'))['gpus']])\"").stdout
     assert mig.strip() == "['Enabled', 'Disabled']"
     # the same driver without mixed MIG answers (control): healthy node, fixed driver
-    assert lab.ssh("healthy", "timeout 5 nvidia-smi -L").returncode == 0
+    assert lab.ssh("healthy", "timeout 60 nvidia-smi -L", timeout=90).returncode == 0
+
+
+def kubelet_log(lab, node):
+    return lab.ssh(node, "journalctl -u kubelet --no-pager -o cat").stdout.splitlines()
 
 
 def test_r570_kubelet_blocks_every_new_pod_without_events(lab):
-    time.sleep(3)
+    # the event that the kubelet is stuck: it asked the plugin for the late GPU pod's allocation
+    wait_for(lambda: any("Issuing a GetPreferredAllocation call" in line and "train-late-r570" in line
+                         for line in kubelet_log(lab, "r570")), 120, "the kubelet to call the plugin for train-late-r570")
     for name, ns in (("train-late-r570", "ml"), ("web-late-r570", "default")):
         pod = lab.pod(ns, name)
         assert pod["status"].get("phase") == "Pending", pod["status"]
@@ -102,23 +108,27 @@ def test_r570_kubelet_blocks_every_new_pod_without_events(lab):
     assert phase(lab, "ml", "train-r570") == "Running"
     node = lab.node_obj("r570")
     assert [c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
-    log = lab.ssh("r570", "journalctl -u kubelet --no-pager -o cat").stdout.splitlines()
+    log = kubelet_log(lab, "r570")
     issued = [i for i, line in enumerate(log) if "Issuing a GetPreferredAllocation call" in line
               and "train-late-r570" in line]
     assert issued, "no GetPreferredAllocation call for the late GPU pod"
     assert not any("Making allocation request" in line for line in log[issued[-1]:])
-    # a deletion is never confirmed either: the pod hangs in Terminating
-    lab.kubectl("delete", "pod", "-n", "default", "web-r570", "--wait=false")
-    time.sleep(6)
+    # a deletion is never confirmed either: the pod hangs in Terminating, while a working kubelet
+    # (the healthy node's, same request at the same time) confirms its own: wait for that event
+    lab.create([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-ctl-healthy", "namespace": "default"},
+                 "spec": {"nodeName": "healthy", "containers": [{"name": "main", "image": "busybox"}]}}])
+    running(lab, "default", "web-ctl-healthy", 120)
+    lab.kubectl("delete", "pod", "-n", "default", "web-r570", "web-ctl-healthy", "--wait=false")
+    wait_for(lambda: lab.pod("default", "web-ctl-healthy") is None, 120, "the healthy kubelet to confirm its deletion")
     stuck = lab.pod("default", "web-r570")
     assert stuck is not None and stuck["metadata"].get("deletionTimestamp")
 
 
 def test_late_gpu_pod_on_a_healthy_node_runs(lab):
     lab.create([gpu_pod("late-healthy", "healthy")])
-    running(lab, "ml", "late-healthy", 30)
+    running(lab, "ml", "late-healthy", 120)
     assert any(e["reason"] == "Started" for e in lab.events_for("ml", "late-healthy"))
-    lab.kubectl("delete", "pod", "-n", "ml", "late-healthy", "--timeout=30s")
+    lab.kubectl("delete", "pod", "-n", "ml", "late-healthy", "--timeout=120s", timeout=180)
     assert lab.pod("ml", "late-healthy") is None
 
 
@@ -126,30 +136,34 @@ def test_late_gpu_pod_on_a_healthy_node_runs(lab):
 
 def _devices_of_new_pod(lab, node, name):
     lab.create([gpu_pod(name, node)])
-    running(lab, "ml", name, 30)
-    return wait_for(lambda: [c for c in gpu_container(lab, node) if c["pod"] == name], 20,
+    running(lab, "ml", name, 120)
+    return wait_for(lambda: [c for c in gpu_container(lab, node) if c["pod"] == name], 120,
                     "the container of %s" % name)[0]
 
 
 def test_static_cpu_manager_drops_hook_device_entries_without_device_specs(lab):
     # Right after start the NVIDIA hook has allowed the GPU and the control devices. The CPU
     # manager's reconcile runs every 10 s whatever the container's age, so it may already have
-    # wiped them when the test first reads the cgroup: then try a fresh pod (a few tries make a
-    # miss on every one vanishingly unlikely; each still proves the hook's entries at start).
+    # wiped them when the test first reads the cgroup. A miss is accepted only when the kubelet's
+    # journal shows a reconcile pass since the pod was created (the observable cause); then a
+    # fresh pod is tried. Without such a pass, missing entries fail the test.
     seen = []
-    for attempt in range(4):
+    for attempt in range(6):
         name = "cpu-probe-%d" % attempt
+        cursor = journal_cursor(lab, "cpumgr")
         ctr = _devices_of_new_pod(lab, "cpumgr", name)
         seen.append(ctr["lines"])
         if nvidia_lines(ctr["lines"]):
             break
+        assert any(CPU_MANAGER_RECONCILED in line for line in journal_since(lab, "cpumgr", cursor)), \
+            "no NVIDIA entries in %s and no CPU manager pass since it was created: %r" % (name, ctr["lines"])
         # the node's free GPU goes back to the plugin only once the pod is gone
         lab.kubectl("delete", "pod", "-n", "ml", name, "--wait=false")
         wait_for(lambda n=name: lab.pod("ml", n) is None, 60, "pod %s gone" % name)
     assert nvidia_lines(ctr["lines"]), seen
     # the CPU manager's reconcile (10 s) rewrites the cgroup from the runtime's own list
     path = ctr["path"]
-    wait_for(lambda: not nvidia_lines(lab.ssh("cpumgr", "cat %s/devices.list" % path).stdout.splitlines()), 30,
+    wait_for(lambda: not nvidia_lines(lab.ssh("cpumgr", "cat %s/devices.list" % path).stdout.splitlines()), 180,
              "NVIDIA entries to disappear from %s" % path)
     # the device nodes are still in the container's /dev: it is the cgroup that now says no
     assert lab.ssh("cpumgr", "ls /proc/%d/root/dev/nvidiactl" % ctr["pid"]).returncode == 0
@@ -159,7 +173,8 @@ def test_static_cpu_manager_keeps_entries_the_plugin_passed_as_device_specs(lab)
     ctr = _devices_of_new_pod(lab, "cpumgr-ok", "cpu-probe-ok")
     before = sorted(nvidia_lines(ctr["lines"]))
     assert before
-    time.sleep(22)  # two reconcile periods
+    # not a sleep through "two periods": two reconcile passes the kubelet logged after the read
+    wait_for_cpu_manager_reconciles(lab, "cpumgr-ok", journal_cursor(lab, "cpumgr-ok"))
     after = sorted(set(nvidia_lines(lab.ssh("cpumgr-ok", "cat %s/devices.list" % ctr["path"]).stdout.splitlines())))
     assert after == sorted(set(before))
 
@@ -178,11 +193,11 @@ def test_uvm_late_gpu_containers_lack_uvm_until_the_plugin_restarts(lab):
     lab.kubectl("delete", "pod", "-n", "kube-system", plugin[0]["metadata"]["name"])
     wait_for(lambda: [p for p in lab.pods("uvm-late") if p["metadata"]["name"].startswith("nvidia-device-plugin-")
                       and p["metadata"]["uid"] != plugin[0]["metadata"]["uid"]
-                      and (p.get("status") or {}).get("phase") == "Running"], 60, "a new device plugin pod")
+                      and (p.get("status") or {}).get("phase") == "Running"], 120, "a new device plugin pod")
     wait_for(lambda: lab.node_obj("uvm-late")["status"]["allocatable"].get("nvidia.com/gpu") not in (None, "0"),
-             30, "the new plugin registered")
+             120, "the new plugin registered")
     lab.create([gpu_pod("after-restart", "uvm-late")])
-    running(lab, "ml", "after-restart", 30)
+    running(lab, "ml", "after-restart", 120)
     new = [c for c in gpu_container(lab, "uvm-late") if c["path"] not in {o["path"] for o in old}]
     assert len(new) == 1
     assert "c %d:0 rw" % uvm in new[0]["lines"]
@@ -234,15 +249,16 @@ def test_kubectl_drain_is_blocked_by_a_pdb_then_drains(lab):
     lab.create([PDB])
     try:
         wait_for(lambda: lab.get("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/train-all")
-                 .get("status", {}).get("observedGeneration"), 10, "the PDB status")
+                 .get("status", {}).get("observedGeneration"), 120, "the PDB status")
         blocked = lab.kubectl("drain", "healthy", "--ignore-daemonsets", "--timeout=12s", check=False, timeout=60)
         assert blocked.returncode != 0
         assert "global timeout reached" in blocked.stderr, blocked.stderr
         assert phase(lab, "ml", "train-healthy") == "Running"
-        assert lab.pod("default", "web-healthy") is None  # not covered by the budget: evicted and gone
+        # not covered by the budget: evicted, and gone once the kubelet confirms (an event, not the 12 s)
+        wait_for(lambda: lab.pod("default", "web-healthy") is None, 120, "web-healthy evicted and gone")
     finally:
         lab.kubectl("delete", "pdb", "-n", "ml", "train-all", check=False)
-    lab.kubectl("drain", "healthy", "--ignore-daemonsets", "--timeout=60s", timeout=90)
+    lab.kubectl("drain", "healthy", "--ignore-daemonsets", "--timeout=300s", timeout=360)
     left = [p["metadata"]["name"] for p in lab.pods("healthy")]
     assert all(n.startswith("nvidia-device-plugin") for n in left), left
     # the kubelet stopped the containers and released the GPU of the evicted pod
@@ -255,7 +271,7 @@ def test_k8s_drain_module_drains_a_lab_node(lab, ansible):
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": "drain", "kubernetes.core.k8s_drain": {
             "kubeconfig": lab.kubeconfig, "name": "nomemres", "state": "drain",
-            "delete_options": {"ignore_daemonsets": True, "wait_timeout": 60, "terminate_grace_period": 5}}},
+            "delete_options": {"ignore_daemonsets": True, "wait_timeout": 300, "terminate_grace_period": 5}}},
         {"name": "left", "kubernetes.core.k8s_info": {"kubeconfig": lab.kubeconfig, "kind": "Pod",
                                                       "field_selectors": ["spec.nodeName=nomemres"]}},
     ]}]

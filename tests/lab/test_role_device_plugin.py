@@ -11,7 +11,8 @@ import time
 import pytest
 import yaml
 
-from lab_fixture import REPO, lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+from lab_fixture import (REPO, journal_cursor, lab_factory, wait_for,  # noqa: F401  pylint: disable=unused-import
+                         wait_for_cpu_manager_reconciles)
 
 RESERVED = {"kubeReserved": {"cpu": "1", "memory": "5489Mi"}, "systemReserved": {"cpu": "500m", "memory": "1Gi"},
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",
@@ -103,13 +104,13 @@ def phase(lab, name, ns="ml"):
 
 
 def container_of(lab, node, pod_name):
-    return wait_for(lambda: [c for c in lab.container_devices(node) if c["pod"] == pod_name], 30,
+    return wait_for(lambda: [c for c in lab.container_devices(node) if c["pod"] == pod_name], 180,
                     "the container of %s" % pod_name)[0]
 
 
 def new_gpu_container(lab, node, name):
     lab.create([gpu_pod(name, node)])
-    wait_for(lambda: phase(lab, name) == "Running", 60, "%s Running" % name)
+    wait_for(lambda: phase(lab, name) == "Running", 180, "%s Running" % name)
     return container_of(lab, node, name)
 
 
@@ -150,11 +151,11 @@ def test_without_device_specs_a_new_gpu_pod_loses_its_devices(lab):
     # the contrast: before the fix the CPU manager reconcile drops the hook's c 195:* entries
     ctr = new_gpu_container(lab, "cpumgr", "probe-before")
     assert (ctr["visible"] or "").startswith("GPU-"), ctr
-    wait_for(lambda: not nvidia_lines(devices_list(lab, "cpumgr", ctr["path"])), 30,
+    wait_for(lambda: not nvidia_lines(devices_list(lab, "cpumgr", ctr["path"])), 180,
              "the CPU manager to drop the NVIDIA entries of probe-before")
     # the nodes are still in the container's /dev: the cgroup is what now says no
     assert lab.ssh("cpumgr", "test -c /proc/%d/root/dev/nvidiactl" % ctr["pid"], check=False).returncode == 0
-    lab.kubectl("delete", "pod", "-n", "ml", "probe-before", "--timeout=60s")
+    lab.kubectl("delete", "pod", "-n", "ml", "probe-before", "--timeout=180s", timeout=240)
 
 
 def test_cluster_sets_pass_device_specs_on_the_legacy_daemonset_only(lab, ansible):
@@ -193,13 +194,14 @@ def test_cluster_sets_pass_device_specs_on_the_legacy_daemonset_only(lab, ansibl
 
 def test_after_the_fix_a_new_gpu_pod_keeps_its_devices(lab):
     wait_for(lambda: lab.node_obj("cpumgr")["status"]["allocatable"].get("nvidia.com/gpu") not in (None, "0"),
-             60, "the new plugin registered")
+             180, "the new plugin registered")
     ctr = new_gpu_container(lab, "cpumgr", "probe-after")
     before = nvidia_lines(ctr["lines"])
     assert "c 195:255 rw" in before or "c 195:255 rwm" in before, before
-    time.sleep(22)  # two CPU manager reconcile periods
+    # two reconcile passes the kubelet logged after the read, not a sleep through two periods
+    wait_for_cpu_manager_reconciles(lab, "cpumgr", journal_cursor(lab, "cpumgr"))
     assert nvidia_lines(devices_list(lab, "cpumgr", ctr["path"])) == before
-    lab.kubectl("delete", "pod", "-n", "ml", "probe-after", "--timeout=60s")
+    lab.kubectl("delete", "pod", "-n", "ml", "probe-after", "--timeout=180s", timeout=240)
 
 
 def test_opt_in_recreate_fixes_the_broken_bare_pod(lab, ansible):
@@ -221,7 +223,7 @@ def test_opt_in_recreate_fixes_the_broken_bare_pod(lab, ansible):
     ctr = container_of(lab, "cpumgr", "train-cpumgr")
     before = nvidia_lines(ctr["lines"])
     assert before
-    time.sleep(22)
+    wait_for_cpu_manager_reconciles(lab, "cpumgr", journal_cursor(lab, "cpumgr"))
     assert nvidia_lines(devices_list(lab, "cpumgr", ctr["path"])) == before
     again = ansible.playbook(node_play("cpumgr", **kv), inventory=lab.inventory)
     assert again.rc == 0 and changed(again) == 0, [t["_task"] for t in again.tasks("cpumgr") if t.get("changed")]
@@ -279,9 +281,9 @@ def test_uvm_loaded_before_kubelet_after_a_reboot(lab):
     boot_before = lab.node("uvmlate").boot_id()
     lab.node("uvmlate").reboot()
     assert lab.node("uvmlate").boot_id() != boot_before
-    wait_for(lambda: lab.node_obj("uvmlate")["status"]["nodeInfo"]["bootID"] != boot_before, 60, "new bootID")
+    wait_for(lambda: lab.node_obj("uvmlate")["status"]["nodeInfo"]["bootID"] != boot_before, 180, "new bootID")
     wait_for(lambda: lab.ssh("uvmlate", "test -e /run/kubegpu-lab/events-done", check=False).returncode == 0,
-             90, "the node's boot events")
+             180, "the node's boot events")
     # nvidia-uvm-init ran before kubelet started; the late "CUDA job" found nvidia-uvm loaded
     order = lab.ssh("uvmlate", "systemctl show -p ActiveEnterTimestampMonotonic --value nvidia-uvm-init.service; "
                                "systemctl show -p ExecMainStartTimestampMonotonic --value kubelet.service").stdout.split()
@@ -290,9 +292,9 @@ def test_uvm_loaded_before_kubelet_after_a_reboot(lab):
     assert "loads nvidia-uvm now" not in events, events
     uvm = lab.proc_major("uvmlate", "nvidia-uvm")
     assert lab.ssh("uvmlate", "readlink -f /dev/char/%d:0" % uvm).stdout.strip() == "/dev/nvidia-uvm"
-    wait_for(lambda: lab.node_obj("uvmlate")["status"]["allocatable"].get("nvidia.com/gpu") == "1", 60,
+    wait_for(lambda: lab.node_obj("uvmlate")["status"]["allocatable"].get("nvidia.com/gpu") == "1", 180,
              "the plugin registered after the reboot")
-    lab.kubectl("delete", "pod", "-n", "ml", "train-late-uvmlate", "--timeout=60s")
+    lab.kubectl("delete", "pod", "-n", "ml", "train-late-uvmlate", "--timeout=180s", timeout=240)
     ctr = new_gpu_container(lab, "uvmlate", "after-reboot")
     assert "c %d:0 rw" % uvm in ctr["lines"], ctr["lines"]
 

@@ -197,7 +197,7 @@ def hold_dpkg_lock(lab, node, seconds):
               "open('/run/kubegpu-test-released', 'w').write(str(time.time()))" % seconds)
     lab.ssh(node, "rm -f /run/kubegpu-test-locked /run/kubegpu-test-released; "
                   "systemd-run --quiet --collect --unit %s python3 -c \"%s\"" % (LOCK_UNIT, script))
-    wait_for(lambda: lab.ssh(node, "test -e /run/kubegpu-test-locked", check=False).returncode == 0, 20, "dpkg lock held")
+    wait_for(lambda: lab.ssh(node, "test -e /run/kubegpu-test-locked", check=False).returncode == 0, 120, "dpkg lock held")
 
 
 def test_held_dpkg_lock_is_reported_after_the_timeout(lab, ansible):

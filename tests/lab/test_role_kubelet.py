@@ -11,12 +11,12 @@
   ensured, cpu_manager_state is recreated and the kubelet does not crash-loop.
 """
 import json
-import time
 
 import pytest
 import yaml
 
-from lab_fixture import device_plugin_ds, lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+from lab_fixture import (device_plugin_ds, journal_cursor, lab_factory, wait_for,  # noqa: F401  pylint: disable=unused-import
+                         wait_for_cpu_manager_reconciles)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -143,7 +143,7 @@ def test_memory_reservation_check_mode_apply_and_idempotence(lab, ansible):
     ready = [c for c in lab.node_obj(node)["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True"
     # the GKE ladder for 62 GiB is 5489 MiB, on top of the 100Mi eviction threshold
-    wait_for(lambda: allocatable_memory(lab, node) == capacity - 5489 * MIB - 100 * MIB, 30,
+    wait_for(lambda: allocatable_memory(lab, node) == capacity - 5489 * MIB - 100 * MIB, 180,
              "allocatable memory minus the reservation")
 
     # second run: nothing to do
@@ -169,8 +169,8 @@ def test_sync_stale_checkpoint_on_a_drained_node(lab, ansible):
     assert lab.ssh(node, "stat -c %%a %s" % synced["backup_file"]).stdout.strip() == "600"
     assert lab.ssh(node, "base64 -w0 %s" % synced["backup_file"]).stdout == before_bytes
     assert unit_prop(lab, node, "MainPID") not in ("0", pid)
-    wait_for(lambda: lab.ssh(node, "test -s %s" % CKPT, check=False).returncode == 0, 60, "new checkpoint")
-    wait_for(lambda: checkpoint_ids(lab, node) and checkpoint_ids(lab, node) <= set(now), 60,
+    wait_for(lambda: lab.ssh(node, "test -s %s" % CKPT, check=False).returncode == 0, 180, "new checkpoint")
+    wait_for(lambda: checkpoint_ids(lab, node) and checkpoint_ids(lab, node) <= set(now), 180,
              "checkpoint naming today's GPUs only")
     # nothing stale any more: no restart, nothing changed
     again = run_role(ansible, lab, node, extra_vars=DRAINED, kubegpu_kubelet_sync_checkpoint=True,
@@ -208,9 +208,10 @@ def test_cpu_manager_static_on_a_drained_node(lab, ansible):
     restarts = unit_prop(lab, node, "NRestarts")
     cmdline = lab.ssh(node, "tr '\\0' ' ' < /proc/%s/cmdline" % unit_prop(lab, node, "MainPID")).stdout
     assert "--cpu-manager-policy" not in cmdline
-    wait_for(lambda: unit_prop(lab, node, "ActiveState") == "active", 10, "kubelet active")
-
-    time.sleep(5)
+    wait_for(lambda: unit_prop(lab, node, "ActiveState") == "active", 120, "kubelet active")
+    # "stays up": this kubelet got past its CPU manager start-up check and ran a reconcile pass
+    # of the static policy (logged), an event rather than a few seconds of hoping
+    wait_for_cpu_manager_reconciles(lab, node, journal_cursor(lab, node), count=1)
     assert unit_prop(lab, node, "NRestarts") == restarts and unit_prop(lab, node, "ActiveState") == "active"
     again = run_role(ansible, lab, node, extra_vars=DRAINED, kubegpu_kubelet_cpu_manager_policy="static",
                      kubegpu_kubelet_flag_conflicts="move")

@@ -356,7 +356,7 @@ def test_hung_nvml_never_deletes_and_is_bounded(guard):
     # Bounded: 2 s nvml timeout + 2 s kill grace, far below TimeoutStartSec=33.
     assert elapsed < 33, elapsed
     for pid in guard.pids.read_text().split():
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # waits for the exit; the deadline only bounds a failure
         while time.monotonic() < deadline:
             try:
                 with open("/proc/%s/stat" % pid) as f:

@@ -66,7 +66,7 @@ def gpu_pod(api, node, name):
                      "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     api.create_namespaced_pod("default", body)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # waits for Running; the deadline only bounds a failure
     while time.monotonic() < deadline:
         pod = api.read_namespaced_pod(name, "default")
         if pod.status.phase == "Running":
@@ -199,6 +199,23 @@ def test_uvm_late_node_gives_gpu_containers_uvm(host, api):
         api.delete_namespaced_pod("verify-uvm", "default", grace_period_seconds=0)
 
 
+RECONCILED = "[cpumanager] reconcileState: updated container cgroups"
+
+
+def wait_for_cpu_manager_reconciles(host, count=2, timeout=300):
+    """Wait until the node's kubelet logged ``count`` CPU manager reconcile passes after now
+    (verbosity 4 logs each): with 2, a whole pass ran over every container that exists now."""
+    out = host.check_output("journalctl -u kubelet -n 1 --show-cursor -o cat --no-pager")
+    cursor = [line[len("-- cursor: "):] for line in out.splitlines() if line.startswith("-- cursor: ")][-1]
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = host.check_output("journalctl -u kubelet -o cat --no-pager --after-cursor=%s", cursor).splitlines()
+        if len([line for line in lines if RECONCILED in line]) >= count:
+            return
+        assert time.monotonic() < deadline, "no %d CPU manager passes logged within %s s" % (count, timeout)
+        time.sleep(1)  # poll interval
+
+
 def test_cpumanager_node_keeps_gpu_devices(host, api):
     if seed_of(host) != "cpumanager-device-specs":
         pytest.skip("CPU manager node only")
@@ -207,7 +224,7 @@ def test_cpumanager_node_keeps_gpu_devices(host, api):
     assert env.get("PASS_DEVICE_SPECS") == "true", env
     gpu_pod(api, "gpu-cpumanager", "verify-cpumanager")
     try:
-        time.sleep(12)  # past one CPU manager reconcile period (10 s)
+        wait_for_cpu_manager_reconciles(host)  # passes that ran over this container, not a sleep
         lines = container_devices(host, "verify-cpumanager")
         assert any(line.startswith("c 195:") for line in lines), lines
     finally:
