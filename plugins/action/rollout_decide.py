@@ -63,7 +63,8 @@ class ActionModule(ActionBase):
     def _start(self, args, now):
         out = rollout.start_maintenance(args["node"], args["name"], args["maintenance"], args["annotation"],
                                         args["skip_label"], args["timeout"], now)
-        facts = {"kubegpu_rolling_reboot_start": out}
+        # the hosts of the play batch that go down now: the budget check counts them
+        facts = {"kubegpu_rolling_reboot_start": out, "kubegpu_rolling_reboot_wants_down": out["cordon"]}
         if out["exists"] and not out["skip"] and not out["already"]:
             facts["kubegpu_maintenance"] = out["record"]
         return out, facts, not out["exists"]
@@ -72,7 +73,7 @@ class ActionModule(ActionBase):
         out = rollout.drain_verdict(args["name"], args["pods"], args["accept_terminating"], args["pdbs"],
                                     args["maintenance"], int(args["timeout"]), args["pods_error"],
                                     args["evict_error"], args["wedged"])
-        facts = {"kubegpu_rolling_reboot_drained": out["ok"]}
+        facts = {"kubegpu_rolling_reboot_drained": out["ok"], "kubegpu_rolling_reboot_wants_down": False}
         if out["ok"]:
             facts["kubegpu_maintenance"] = out["record"]
         return out, facts, not out["ok"]
