@@ -133,3 +133,26 @@ def test_needed_rollout_reboots_exactly_the_nodes_that_need_it(lab, ansible):
     print("task executions per node: %s" % counts)
     assert counts["rn-idle"] <= 4, counts   # the need check only (include_role, its argument check, 2 tasks)
     assert max(counts.values()) <= MAX_TASKS_PER_NODE, counts
+
+
+def test_key_only_skip_label_keeps_every_role_away(lab, ansible):
+    """The documented key-only kubegpu_skip_label (the label with any value) in the kubelet,
+    driver and device_plugin roles, as remediate runs them (the kubelet role used to refuse it)."""
+    lab.kubectl("label", "node", "rn-idle", "kubegpu.io/maintenance=until-friday", "--overwrite")
+    role_vars = {"kubegpu_skip_label": "kubegpu.io/maintenance", "kubegpu_driver_drain": False}
+    play = [{"hosts": "rn-idle", "gather_facts": False, "vars": role_vars, "tasks": [
+        {"name": "kubelet", "ansible.builtin.include_role": {"name": "kubegpu.fleet.kubelet"}},
+        {"name": "driver", "ansible.builtin.include_role": {"name": "kubegpu.fleet.driver"}},
+        {"name": "device_plugin", "ansible.builtin.include_role": {"name": "kubegpu.fleet.device_plugin"}},
+    ]}]
+    try:
+        res = ansible.playbook(play, inventory=lab.inventory, env=ENV, timeout=600)
+    finally:
+        lab.kubectl("label", "node", "rn-idle", "kubegpu.io/maintenance-")
+    assert res.rc == 0, (res.stdout + res.stderr)[-4000:]
+    said = [res.task("kubegpu.fleet.kubelet : Report a node with the skip label", host="rn-idle")["msg"],
+            res.task("kubegpu.fleet.driver : Skip a node labelled for no maintenance", host="rn-idle")["msg"],
+            res.task("kubegpu.fleet.device_plugin : Leave a node labelled for no maintenance alone",
+                     host="rn-idle")["msg"]]
+    assert all("rn-idle is labelled kubegpu.io/maintenance:" in m for m in said), said
+    assert res.stats["rn-idle"]["changed"] == 0
