@@ -167,7 +167,7 @@ def test_nvidia_smi_backend(ansible, node):
 
 
 @pytest.mark.parametrize("args,message", [
-    ({"timeout": -1}, "timeout must be a positive number of seconds, got -1.0"),
+    ({"timeout": -1}, "timeout must be between 0.001 and 86400 seconds, got -1.0"),
     ({"proc_path": "/nonexistent/proc"}, "proc_path /nonexistent/proc is not a directory"),
     ({"backend": "cuda"}, "value of backend must be one of: auto, nvml, nvidia_smi, got: cuda"),
 ])
