@@ -156,6 +156,40 @@ decision:
   returned: success
   type: dict
   sample: {ok: false, reasons: ["device plugin pod (none) not Ready (phase None)"], msg: "gpu-1 did not validate ..."}
+  contains:
+    msg:
+      description: The decision in one line.
+      type: str
+      returned: always
+    ok:
+      description: Whether the node drained or validated (C(drain), C(validation)).
+      type: bool
+      returned: when O(decision) is C(drain) or C(validation)
+    reasons:
+      description: Every reason the node did not validate (C(validation)).
+      type: list
+      elements: str
+      returned: when O(decision=validation)
+    skip:
+      description: The skip label keeps the role away from the node (C(start)).
+      type: bool
+      returned: when O(decision=start)
+    already:
+      description: A maintenance already runs and the node is drained (C(start)).
+      type: bool
+      returned: when O(decision=start)
+    cordon:
+      description: The budget wait, the cordon and the drain are to run (C(start)).
+      type: bool
+      returned: when O(decision=start)
+    uncordon:
+      description: The uncordon decision (C(uncordon), or C(validation) with O(close)); for C(uncordon) its C(uncordon) key says whether the node is made schedulable.
+      type: raw
+      returned: when O(decision) is C(uncordon), or C(validation) with O(close)
+    active:
+      description: Whether the role had started a maintenance on the Node (C(failure)).
+      type: bool
+      returned: when O(decision=failure)
 msg:
   description: The decision in one line (RV(decision.msg)).
   returned: always
