@@ -270,20 +270,27 @@ def kubelet_argv(comm, cmdline, name="kubelet"):
 
 
 def process_uids(proc_path, pid):
-    """(real uid, effective uid) of ``pid`` from ``<proc>/<pid>/status`` (``Uid:`` line), else
-    the owner of ``<proc>/<pid>`` for both; (None, None) when unknown."""
-    text = _read_proc_text(os.path.join(proc_path, str(pid), "status"), 64 << 10)
-    for line in (text or "").splitlines():
+    """(real uid, effective uid) of ``pid`` from ``<proc>/<pid>/status`` (``Uid:`` line); the
+    owner of ``<proc>/<pid>`` for both when there is no status file at all; (None, None) when
+    unknown (a status that cannot be read or parsed proves nothing)."""
+    status = os.path.join(proc_path, str(pid), "status")
+    try:
+        text = safe_io.read_text(status, 64 << 10, missing_ok=True)
+    except (safe_io.UnsafeInput, IOError, OSError):
+        return None, None
+    if text is None:
+        try:
+            st = os.stat(os.path.join(proc_path, str(pid)))
+        except OSError:
+            return None, None
+        return st.st_uid, st.st_uid
+    for line in text.splitlines():
         if line.startswith("Uid:"):
             fields = line.split()[1:]
             if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
                 return int(fields[0]), int(fields[1])
-            return None, None
-    try:
-        st = os.stat(os.path.join(proc_path, str(pid)))
-    except OSError:
-        return None, None
-    return st.st_uid, st.st_uid
+            break
+    return None, None
 
 
 def _unsafe_file(st):

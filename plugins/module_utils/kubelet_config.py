@@ -37,7 +37,9 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
     quantity_to_bytes,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
+    MAX_DEPTH,
     ConfigParseError,
+    check_depth,
     parse_yaml_subset,
     resolve_plain,
 )
@@ -757,6 +759,11 @@ def coerce_settings(settings):
     if not isinstance(settings, dict):
         raise SettingsError("settings must be a mapping of KubeletConfiguration keys, got %r"
                             % (settings,))
+    try:
+        check_depth(settings, MAX_DEPTH - 1)
+    except ConfigParseError:
+        raise SettingsError("settings nest more than %d levels deep; no KubeletConfiguration "
+                            "field does" % (MAX_DEPTH - 1))
     out = {}
     for key, value in settings.items():
         if not isinstance(key, str) or not key:

@@ -678,20 +678,33 @@ def main():
         module.exit_json(**result)
 
     written = []
+    backups = []  # (file, its fresh backup)
     try:
         if config_changed:
             if p["backup"]:
                 result["backup_file"] = backup_file(path)
+                backups.append((path, result["backup_file"]))
             atomic_write(path, new_text)
             written.append(path)
         for env_path, _old, new_env, removed in env_edits:
             bak = backup_file(env_path) if p["backup"] else None
+            if bak:
+                backups.append((env_path, bak))
             atomic_write(env_path, new_env)
             written.append(env_path)
             result["flag_files_changed"].append({"path": env_path, "backup_file": bak,
                                                  "removed": ["%s %s" % r for r in removed]})
     except (IOError, OSError) as e:
-        # Only what was really written counts as changed; the rest keeps its old content.
+        # Only what was really written counts as changed; the rest keeps its old content, and
+        # the backups just made of files that kept it are removed (they equal the file).
+        for target, bak in backups:
+            if target not in written:
+                try:
+                    os.unlink(bak)
+                except OSError:
+                    pass
+                if result["backup_file"] == bak:
+                    result["backup_file"] = None
         result["changed"] = result["restart_required"] = bool(written)
         if path not in written:
             result["config"] = config

@@ -924,12 +924,18 @@ def test_systemd_main_pid_wins_on_the_real_proc(tmp_path):
 def test_fifo_and_odd_proc_files_never_block(tmp_path):
     fp = FakeProc(tmp_path)
     d = fp.add_process(60, ["/usr/bin/kubelet"])
-    for name in ("cmdline", "status", "comm"):
+    d2 = fp.add_process(61, ["/usr/bin/kubelet"])
+    for name in ("cmdline", "comm"):       # nothing readable: as if it vanished
+        os.unlink(os.path.join(d2, name))
+        os.mkfifo(os.path.join(d2, name))
+    for name in ("cmdline", "status"):
         os.unlink(os.path.join(d, name))
         os.mkfifo(os.path.join(d, name))
     os.mkfifo(os.path.join(fp.path, "meminfo"))
     facts = k.gather_kubelet_facts(fp.path)
     assert facts["running"] is False and facts["node_memory_bytes"] is None
+    assert facts["pids"] == [60]
+    assert facts["impostors"][0]["why"] == "its owner cannot be read"
 
 
 def test_unanswered_allocations_from_the_journal():
