@@ -86,7 +86,7 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
             raise UnsafeInput("%s is %s; refusing to read it" % (path, _kind(st.st_mode)))
         if regular and st.st_size > limit:
             raise TooLarge("%s is %d bytes, more than the %d bytes this reads"
-                              % (path, st.st_size, limit))
+                           % (path, st.st_size, limit))
         if regular:
             # Regular files never block; clear O_NONBLOCK so NFS and friends read normally.
             try:

@@ -449,8 +449,8 @@ def _validate_apt(module, result, content):
             f.write(content)
         # Only the rendered file and no repositories: problems elsewhere in the node's apt
         # configuration (a broken sources entry, another preferences file) do not count here.
-        rc, out, err = bounded_runner(module.params["command_timeout"],
-                                      environ_update=DRIVER_GUARD_ENVIRON)([
+        run = bounded_runner(module.params["command_timeout"], environ_update=DRIVER_GUARD_ENVIRON)
+        rc, out, err = run([
             apt_cache,
             "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
             "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,

@@ -291,7 +291,7 @@ def _cmdline(proc_path, pid):
     return (text or "").replace("\0", " ").strip() or None
 
 
-def lock_report(proc_path="/proc"):
+def lock_report(proc_path="/proc", warn=None):
     """Holders of the dpkg/apt locks; always from the real /proc (pids of this namespace)."""
     files = {}
     for path in du.APT_LOCK_FILES:
@@ -302,7 +302,11 @@ def lock_report(proc_path="/proc"):
         files[path] = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     if not files:
         return []
-    holders = du.lock_holders(du.parse_proc_locks(read_text(proc_file(proc_path, "locks"))), files)
+    locks_path = proc_file(proc_path, "locks")
+    text, reason = read_text_reason(locks_path, 16 << 20)  # a line per lock held on the node
+    if reason and warn:
+        warn("cannot read %s: %s; holders of the apt/dpkg locks unknown" % (locks_path, reason))
+    holders = du.lock_holders(du.parse_proc_locks(text), files)
     for h in holders:
         h["command"] = _cmdline(proc_path, h["pid"])
         h["description"] = "pid %d (%s) holds %s (%s %s lock)" % (
@@ -355,7 +359,7 @@ def main():
     if reason:
         module.warn("cannot read %s: %s; kernel module version unknown" % (version_path, reason))
     result["kernel_module_version"] = parse_nvidia_version(text)
-    result["locks"] = lock_report()
+    result["locks"] = lock_report(warn=module.warn)
 
     info = list_packages(run, module.get_bin_path, "/")
     if info["error"]:
@@ -405,7 +409,7 @@ def main():
             names = sorted(set([x["name"] for x in packages if du.RPM_DRIVER_NAME.match(x["name"])]
                                + [du.RPM_COMPUTE_UTILS, "nvidia-driver"]))
             out = _run(module, run, [dnf, "-q", "repoquery", "--disable-modular-filtering", "--showduplicates",
-                                "--qf", "%{name} %{epoch}:%{version}-%{release} %{arch}"] + names,
+                                     "--qf", "%{name} %{epoch}:%{version}-%{release} %{arch}"] + names,
                        "dnf repoquery")
             lock_text, reason = read_text_reason(p["dnf_versionlock_path"])
             if reason:

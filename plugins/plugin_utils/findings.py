@@ -10,6 +10,8 @@ and variables) and references. ``FINDINGS`` is the registry: ids never change me
 """
 from __future__ import annotations
 
+import math
+
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
 
 GH = "https://github.com/"
@@ -77,7 +79,7 @@ def _l(value):
 
 def _num(value, default=0):
     """A number from a result field (bool and text are not numbers), else ``default``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return default
     return value
 

@@ -89,6 +89,16 @@ def loop(path):
     return path
 
 
+def swap(path, make):
+    """Replace the file at ``path`` by what ``make(path)`` creates (a FIFO, a huge file...)."""
+    os.remove(path)
+    make(path)
+
+
+def huge(path):
+    return sparse(path, 50 << 20)
+
+
 def script(path, body):
     return write(path, "#!/bin/sh\n" + body + "\n", mode=0o755)
 
@@ -121,14 +131,14 @@ def snapshot(root):
 
 def nested_list(depth, leaf="x"):
     value = leaf
-    for _ in range(depth):
+    for _level in range(depth):
         value = [value]
     return value
 
 
 def nested_dict(depth, leaf="x"):
     value = leaf
-    for _ in range(depth):
+    for _level in range(depth):
         value = {"a": value}
     return value
 
@@ -522,18 +532,14 @@ def test_cgroup_devices_bad_inputs(ansible, tmp_path):
     add("devices_list_binary", b"\x00\x01\x02\xff\xfe" * 1000)
     add("devices_list_empty", b"")
     add("devices_list_symlink_loop", loop)
-    add("devices_list_directory", lambda p: os.makedirs(p))
+    add("devices_list_directory", os.makedirs)
     add("devices_list_non_utf8", b"c 195:* rwm\nc \xff\xfe:0 rw\n")
     add("devices_list_privileged", b"a *:* rwm\n")
-    add("proc_devices_fifo", good, prep=lambda a, _l: (os.remove(os.path.join(a["proc_path"], "devices")),
-                                                        fifo(os.path.join(a["proc_path"], "devices"))))
-    add("proc_devices_huge", good, prep=lambda a, _l: (os.remove(os.path.join(a["proc_path"], "devices")),
-                                                        sparse(os.path.join(a["proc_path"], "devices"), 50 << 20)))
-    add("cgroup_procs_fifo", good, prep=lambda _a, l: (os.remove(os.path.join(l, "cgroup.procs")),
-                                                        fifo(os.path.join(l, "cgroup.procs"))))
-    add("information_fifo", good, prep=lambda a, _l: (
-        os.remove(os.path.join(a["proc_path"], "driver/nvidia/gpus", BUS, "information")),
-        fifo(os.path.join(a["proc_path"], "driver/nvidia/gpus", BUS, "information"))))
+    add("proc_devices_fifo", good, prep=lambda a, _l: swap(os.path.join(a["proc_path"], "devices"), fifo))
+    add("proc_devices_huge", good, prep=lambda a, _l: swap(os.path.join(a["proc_path"], "devices"), huge))
+    add("cgroup_procs_fifo", good, prep=lambda _a, l: swap(os.path.join(l, "cgroup.procs"), fifo))
+    add("information_fifo", good, prep=lambda a, _l: swap(
+        os.path.join(a["proc_path"], "driver/nvidia/gpus", BUS, "information"), fifo))
     add("probe_timeout_1e300", good, extra={"probe_timeout": 1e300})
     add("probe_timeout_nan", good, extra={"probe_timeout": "nan"})
     add("probe_timeout_negative", good, extra={"probe_timeout": -1})
@@ -587,10 +593,8 @@ def test_audit_node_bad_inputs(ansible, tmp_path):
 
     os.makedirs(str(tmp_path / "kproc"))
     add("gpu_facts_fails", extra={"dev_path": str(tmp_path / "missing-dev")})
-    add("proc_devices_fifo", prep=lambda a, _l: (os.remove(os.path.join(a["nvidia_proc_path"], "devices")),
-                                                  fifo(os.path.join(a["nvidia_proc_path"], "devices"))))
-    add("proc_modules_huge", prep=lambda a, _l: (os.remove(os.path.join(a["nvidia_proc_path"], "modules")),
-                                                  sparse(os.path.join(a["nvidia_proc_path"], "modules"), 50 << 20)))
+    add("proc_devices_fifo", prep=lambda a, _l: swap(os.path.join(a["nvidia_proc_path"], "devices"), fifo))
+    add("proc_modules_huge", prep=lambda a, _l: swap(os.path.join(a["nvidia_proc_path"], "modules"), huge))
     add("version_binary", prep=lambda a, _l: write(os.path.join(a["nvidia_proc_path"], "driver/nvidia/version"),
                                                    b"NVRM \xff\xfe\x00" + os.urandom(512)))
     add("dangling_gpu_link", prep=lambda a, _l: os.symlink(
@@ -650,8 +654,9 @@ def test_audit_node_bad_inputs(ansible, tmp_path):
 
 def _node(name="gpu-1", **over):
     n = {"metadata": {"name": name, "uid": "n-1", "labels": {"nvidia.com/gpu.present": "true"}},
-         "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                               "allocatable": {"nvidia.com/gpu": "8"}, "nodeInfo": {"bootID": "b-1"}}}
+         "spec": {},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"nvidia.com/gpu": "8"}, "nodeInfo": {"bootID": "b-1"}}}
     n.update(over)
     return n
 
