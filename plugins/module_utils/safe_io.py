@@ -228,7 +228,7 @@ def _children_of(ppid, proc="/proc"):
 def _reap_orphans(known):
     """Kill and reap processes reparented to us (daemonised descendants) other than ``known``."""
     me = os.getpid()
-    for _ in range(50):
+    for _attempt in range(50):
         strays = [p for p in _children_of(me) if p not in known]
         if not strays:
             break
