@@ -266,3 +266,66 @@ def test_flag_values_become_config_that_replaces_maps():
 
 def test_mebibytes_rounds_up():
     assert kc.mebibytes(MIB) == "1Mi" and kc.mebibytes(MIB + 1) == "2Mi" and kc.mebibytes(0) == "0Mi"
+
+
+# -- settings types (key=value strings become the KubeletConfiguration's types) -------------
+@pytest.mark.parametrize("given_,expected", [
+    ({"maxPods": "110"}, {"maxPods": 110}),
+    ({"maxPods": " 64 "}, {"maxPods": 64}),
+    ({"podPidsLimit": "-1"}, {"podPidsLimit": -1}),
+    ({"podPidsLimit": str(1 << 40)}, {"podPidsLimit": 1 << 40}),
+    ({"failSwapOn": "false", "serializeImagePulls": "True"},
+     {"failSwapOn": False, "serializeImagePulls": True}),
+    ({"memoryThrottlingFactor": "0.9"}, {"memoryThrottlingFactor": 0.9}),
+    ({"syncFrequency": "1m0s", "shutdownGracePeriod": "30s"},
+     {"syncFrequency": "1m0s", "shutdownGracePeriod": "30s"}),
+    ({"reservedSystemCPUs": 0}, {"reservedSystemCPUs": "0"}),
+    ({"kubeReserved": {"memory": "1Gi", "pid": 1000}},
+     {"kubeReserved": {"memory": "1Gi", "pid": "1000"}}),
+    ({"featureGates": {"KubeletPodResourcesGet": "true"}},
+     {"featureGates": {"KubeletPodResourcesGet": True}}),
+    ({"clusterDNS": "10.96.0.10, 10.96.0.11"}, {"clusterDNS": ["10.96.0.10", "10.96.0.11"]}),
+    ({"maxPods": None, "serializeImagePulls": None}, {"maxPods": None, "serializeImagePulls": None}),
+    ({"somethingNewer": "1"}, {"somethingNewer": "1"}),       # unknown fields as given
+    ({"containerLogMaxSize": "10Mi"}, {"containerLogMaxSize": "10Mi"}),
+])
+def test_coerce_settings(given_, expected):
+    out = kc.coerce_settings(given_)
+    assert out == expected
+    assert all(type(out[k]) is type(expected[k]) for k in expected)  # noqa: E721
+
+
+@pytest.mark.parametrize("given_,words", [
+    ({"maxPods": "lots"}, "settings.maxPods must be an integer (int32)"),
+    ({"maxPods": "1.5"}, "settings.maxPods must be an integer"),
+    ({"maxPods": 1.0}, "settings.maxPods must be an integer"),
+    ({"maxPods": True}, "settings.maxPods must be an integer"),
+    ({"maxPods": str(1 << 31)}, "settings.maxPods must be an int32 within"),
+    ({"podPidsLimit": str(1 << 63)}, "settings.podPidsLimit must be an int64 within"),
+    ({"failSwapOn": "maybe"}, "settings.failSwapOn must be a boolean"),
+    ({"failSwapOn": 1}, "settings.failSwapOn must be a boolean"),
+    ({"memoryThrottlingFactor": "nan"}, "must be a finite number"),
+    ({"memoryThrottlingFactor": "1e999"}, "must be a finite number"),
+    ({"syncFrequency": 60}, "settings.syncFrequency must be a duration string"),
+    ({"syncFrequency": "1 minute"}, "settings.syncFrequency must be a duration string"),
+    ({"cgroupDriver": True}, "settings.cgroupDriver must be a string"),
+    ({"kubeReserved": "memory=1Gi"}, "settings.kubeReserved must be a mapping"),
+    ({"featureGates": {"X": "perhaps"}}, "settings.featureGates.X must be a boolean"),
+    ({"clusterDNS": [1.5]}, "settings.clusterDNS[0] must be a string"),
+    ("maxPods=1", "settings must be a mapping"),
+    ({1: 2}, "settings keys must be KubeletConfiguration field names"),
+    ({"x": json.loads('{"k": ' * 70 + "1" + "}" * 70)}, "settings nest more than 63 levels"),
+])
+def test_coerce_settings_refuses_with_the_key_and_value(given_, words):
+    with pytest.raises(kc.SettingsError) as e:
+        kc.coerce_settings(given_)
+    assert words in str(e.value)
+
+
+def test_coerced_settings_are_written_with_their_types():
+    config = {"kind": "KubeletConfiguration", "maxPods": 110}
+    after = kc.deep_merge(config, kc.coerce_settings({"maxPods": "7", "failSwapOn": "false"}))
+    text = kc.render(after, "", "yaml")
+    assert "maxPods: 7\n" in text and "failSwapOn: false\n" in text
+    assert yaml.safe_load(text) == {"kind": "KubeletConfiguration", "maxPods": 7,
+                                    "failSwapOn": False}
