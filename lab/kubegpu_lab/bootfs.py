@@ -102,9 +102,9 @@ def validate(boot, where, name):
     if not isinstance(boot, dict):
         return "%s: node %s: boot must be a mapping (layout, pending_kernel), not %r" % (where, name, boot)
     if boot.get("layout") not in LAYOUTS:
-        return "%s: node %s: boot.layout must be one of %s, not %r" % (where, name, ", ".join(LAYOUTS),
-                                                                        boot.get("layout"))
+        return "%s: node %s: boot.layout must be one of %s, not %r" % (
+            where, name, ", ".join(LAYOUTS), boot.get("layout"))
     if not isinstance(boot.get("pending_kernel"), bool):
-        return "%s: node %s: boot.pending_kernel must be true or false, not %r" % (where, name,
-                                                                                   boot.get("pending_kernel"))
+        return "%s: node %s: boot.pending_kernel must be true or false, not %r" % (
+            where, name, boot.get("pending_kernel"))
     return None

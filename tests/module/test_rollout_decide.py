@@ -27,8 +27,9 @@ def test_a_maintenance_from_start_to_uncordon(ansible):
             "decision": "validation", "name": "gpu-1", "checks": CHECKS, "api": API, "close": True,
             "maintenance": "{{ kubegpu_maintenance }}", "reboot": {"boot_id": "boot-2"},
             "reboot_reasons": ["sentinel /run/reboot-required"], "driver_version": "570.172.08"}},
-        {"name": "facts", "ansible.builtin.debug": {"msg": "{{ {'m': kubegpu_maintenance, 'u': kubegpu_rolling_reboot_uncordon,"
-                                                            " 'w': kubegpu_rolling_reboot_wants_down} | to_json }}"}},
+        {"name": "facts", "ansible.builtin.debug": {
+            "msg": "{{ {'m': kubegpu_maintenance, 'u': kubegpu_rolling_reboot_uncordon,"
+                   " 'w': kubegpu_rolling_reboot_wants_down} | to_json }}"}},
     ]
     res = ansible.playbook(play(tasks), env=ENV)
     assert res.rc == 0, res.stdout[-3000:]

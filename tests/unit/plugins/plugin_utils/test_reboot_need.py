@@ -133,20 +133,28 @@ def test_a_node_with_nothing_pending_needs_nothing():
     assert "no reboot needed" in need["msg"]
 
 
+def decide_with(**changes):
+    """The decision for a Debian 12 node that runs its newest kernel, with ``changes``."""
+    args = {"mode": "needed", "sentinels": [], "guard": GUARD_OK, "running": "6.1.0-27-amd64",
+            "boot_entries": paths(DEBIAN_12)}
+    args.update(changes)
+    return rn.decide(**args)
+
+
 def test_each_reason_alone_makes_a_reboot_needed():
-    base = dict(mode="needed", sentinels=[], guard=GUARD_OK, running="6.1.0-27-amd64", boot_entries=paths(DEBIAN_12))
-    kernel = rn.decide(**dict(base, running="6.1.0-26-amd64"))
+    kernel = decide_with(running="6.1.0-26-amd64")
     assert kernel["reboot"] and kernel["reasons"] == ["kernel 6.1.0-27-amd64 is installed, 6.1.0-26-amd64 is running"]
-    sentinel = rn.decide(**dict(base, sentinels=["/run/reboot-required"]))
+    sentinel = decide_with(sentinels=["/run/reboot-required"])
     assert sentinel["reboot"] and sentinel["reasons"] == ["sentinel /run/reboot-required"]
-    driver = rn.decide(**dict(base, guard={"reboot_pending": True, "driver_version": "570.172.08",
-                                           "kernel_module_version": "570.124.06"}))
+    driver = decide_with(guard={"reboot_pending": True, "driver_version": "570.172.08",
+                                "kernel_module_version": "570.124.06"})
     assert driver["reboot"] and driver["reasons"] == ["driver 570.172.08 installed, kernel module 570.124.06 loaded"]
-    recorded = rn.decide(**dict(base, required=True, required_reasons=["driver: 570.124.06 -> 570.172.08 installed"]))
+    recorded = decide_with(required=True, required_reasons=["driver: 570.124.06 -> 570.172.08 installed"])
     assert recorded["reasons"] == ["driver: 570.124.06 -> 570.172.08 installed"]
-    assert rn.decide(**dict(base, required=True))["reasons"] == ["kubegpu_reboot_required is set"]
+    assert decide_with(required=True)["reasons"] == ["kubegpu_reboot_required is set"]
     # recorded reasons without `required` (a finished maintenance cleared it) do not count
-    assert rn.decide(**dict(base, required=False, required_reasons=["old"]))["reboot"] is False
+    assert decide_with(required=False, required_reasons=["old"])["reboot"] is False
+    assert decide_with()["reboot"] is False
 
 
 def test_driver_guard_failure_or_unknown_versions_are_no_reason():
