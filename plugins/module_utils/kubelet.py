@@ -338,6 +338,7 @@ def check_process_trust(proc_path, pid, comm=None, cmdline=None, name="kubelet")
     exe, deleted = exe_info(proc_path, pid)
     info = {"uid": uid, "euid": euid, "exe": exe, "exe_deleted": deleted, "exe_uid": None,
             "exe_mode": None, "trusted": False, "why": None}
+    exe_problem = None
     try:
         st = os.stat(os.path.join(proc_path, str(pid), "exe"))
         info["exe_uid"], info["exe_mode"] = st.st_uid, "%04o" % stat.S_IMODE(st.st_mode)
@@ -696,15 +697,15 @@ def package_version(get_bin_path, package=DEFAULT_PACKAGE, timeout=VERSION_TIMEO
         status, raw = text.split("|", 1)
         raw = raw.strip()
         if not status.startswith("ii"):
-            errors.append("%s: package %s is not installed (status %s)" % (tool, package,
-                                                                        status.strip()))
+            errors.append("%s: package %s is not installed (status %s)"
+                          % (tool, package, status.strip()))
             continue
         m = _PKG_VERSION_RE.match(raw)
         if not m:
             errors.append("%s: package %s has version %r, not a Kubernetes version"
                           % (tool, package, raw[:100]))
             continue
-        return "v" + m.group(1), "package:%s %s (%s)" % (package, raw, tool.split("-")[0]), None
+        return "v" + m.group(1), "package:%s %s (%s)" % (package, raw, tool.split("-", 1)[0]), None
     return None, None, "; ".join(errors) or "no package database (dpkg-query, rpm) on the node"
 
 

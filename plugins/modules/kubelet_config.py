@@ -186,8 +186,8 @@ notes:
     symlink loop is refused, as is text that is not UTF-8); YAML anchors and aliases are
     refused (a rewrite would write their expansion out), and so is nesting deeper than 64
     levels.
-  - A failed write (disk full...) fails the task with RV(changed) false for every file that
-    kept its content; the original file is intact and no temp file or empty backup is left.
+  - A failed write (disk full...) fails the task, reported as not changed when no file was
+    rewritten; the original file is intact and no temp file or empty backup is left.
 seealso:
   - module: kubegpu.fleet.kubelet_facts
   - name: Reserve compute resources for system daemons
