@@ -148,7 +148,7 @@ probes:
   description:
     - One entry per probe, shaped like the result the corresponding module's task registers
       (without C(invocation)). A probe that failed has C(failed=true) and C(msg) (and, when
-      it raised, C(exception)); a probe that did not run has C(skipped=true) and
+      it raised, C(raised_at), the file, line and function that raised; never a traceback); a probe that did not run has C(skipped=true) and
       C(skip_reason). Warnings a probe raised are in its C(warnings) and shown by the task.
   returned: always
   type: dict
@@ -220,6 +220,15 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import P
 PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
 
 
+def _raised_at(exc):
+    """``file:line in function`` of the innermost frame: where to look, without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    last = frames[-1]
+    return "%s:%d in %s" % (last.filename.rsplit("/", 1)[-1], last.lineno, last.name)
+
+
 def _run_probe(name, func, warn):
     """Run one probe; return its result dict (failures and exceptions become failed results)."""
     warnings = []
@@ -232,7 +241,7 @@ def _run_probe(name, func, warn):
     except Exception as e:  # pylint: disable=broad-except
         result = dict(changed=False, failed=True,
                       msg="%s probe raised %s: %s" % (name, type(e).__name__, e),
-                      exception=traceback.format_exc())
+                      raised_at=_raised_at(e))
     if warnings:
         result["warnings"] = warnings
         for w in warnings:
