@@ -498,6 +498,7 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
     lib_version = library_version(library_path)
     if data is not None:
         check_driver_version(probe, data, warnings)
+        warnings.extend(data.get("warnings") or [])
         gpus = data.get("gpus") or []
         source = backend
     else:

@@ -28,6 +28,12 @@ import signal
 import time
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_health import (
+    HealthParseError,
+    nvml_health,
+    parse_health_xml,
+    verdict as health_verdict,
+)
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_smi import (
     NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_smi_list,
     parse_smi_xml, smi_error)
@@ -447,6 +453,15 @@ def nvml_probe(emit, library_path=None):
                 errors.append(_nvml_error(pynvml, e, "nvmlDeviceGetMigMode", gpu=i))
         if gpu["mig_mode"]["current"] == "enabled":
             _probe_migs(pynvml, call, errors, gpu, h, i, parent_mem)
+        # Memory / NVLink health: every query separate, "not supported" is no failure; its
+        # errors stay in health["errors"] (they do not make the device list untrustworthy).
+        emit.stage("health gpu=%d" % i)
+        try:
+            gpu["health"] = nvml_health(pynvml, h)
+        except Exception as e:  # pylint: disable=broad-except
+            gpu["health"] = {"remapped_rows": None, "retired_pages": None, "ecc": None,
+                             "nvlink": None, "errors": {"health": "%s: %s" % (type(e).__name__, e)}}
+        gpu["health_verdict"] = health_verdict(gpu["health"])
         gpu["errors"] = errors[gpu_errors_start:]
 
     emit.stage("nvmlShutdown")
@@ -541,6 +556,7 @@ def smi_probe(emit, smi_path, env=None, timeout=None):
         except (safe_io.UnsafeInput, OSError) as e:
             errors.append({"function": "nvidia-smi -L", "code": None, "message": str(e)})
     gpus = merge_smi(facts, listing, handle_errors)
+    warnings = _attach_smi_health(out, gpus)
     for gpu in gpus:
         for e in gpu["errors"]:
             e["gpu"] = gpu["index"]
@@ -550,7 +566,26 @@ def smi_probe(emit, smi_path, env=None, timeout=None):
         errors = errors[1:]
     return {"driver_version": facts["driver_version"],
             "cuda_driver_version": facts["cuda_driver_version"], "nvml_version": None,
-            "gpus": gpus, "errors": per_gpu + errors}
+            "gpus": gpus, "errors": per_gpu + errors, "warnings": warnings}
+
+
+def _attach_smi_health(xml_text, gpus):
+    """Per-GPU ``health``/``health_verdict`` from the same ``-q -x`` document (matched by
+    UUID, then bus id); returns the document's problems (attached_gpus vs <gpu> elements)."""
+    try:
+        doc = parse_health_xml(xml_text)
+    except HealthParseError as e:
+        return ["nvidia-smi health sections not read: %s" % e]
+    by_uuid = dict((h["uuid"], h) for h in doc["gpus"] if h.get("uuid"))
+    by_bus = dict((h["bus_id"], h) for h in doc["gpus"] if h.get("bus_id"))
+    for gpu in gpus:
+        h = by_uuid.get(gpu.get("uuid")) or by_bus.get(gpu.get("pci_bus_id"))
+        if h is None:
+            continue
+        health = dict((k, h[k]) for k in ("remapped_rows", "retired_pages", "ecc", "nvlink", "errors"))
+        gpu["health"] = health
+        gpu["health_verdict"] = health_verdict(health)
+    return list(doc["problems"])
 
 
 __all__ = ["ChildOutcome", "run_in_child", "nvml_probe", "smi_probe", "error_name",

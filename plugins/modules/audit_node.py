@@ -87,6 +87,22 @@ options:
       - Additional known-bad catalog entries for the driver_guard probe, as
         M(kubegpu.fleet.driver_guard) O(kubegpu.fleet.driver_guard#module:catalog_extra).
     type: raw
+  sys_path:
+    description: Where the node's sysfs is mounted, for the PCI scan of gpu_facts.
+    type: path
+    default: /sys
+  xid:
+    description: Read the kernel log for Xid events (gpu_facts O(kubegpu.fleet.gpu_facts#module:xid)).
+    type: bool
+    default: true
+  xid_timeout:
+    description: Seconds each kernel log source may take.
+    type: float
+    default: 10
+  kmsg_path:
+    description: The kernel ring buffer read when the journal holds no kernel messages.
+    type: path
+    default: /dev/kmsg
   _catalog:
     description:
       - Internal. Set by the action plugin to the bundled catalog; do not set it.
@@ -329,7 +345,8 @@ def run_probes(module):
 
     timed("gpu_facts", lambda warn: gpu_facts_run(
         dict(proc_path=p["nvidia_proc_path"], dev_path=p["dev_path"], driver_root=p["driver_root"],
-             backend=p["backend"], timeout=p["timeout"]), warn))
+             backend=p["backend"], timeout=p["timeout"], sys_path=p["sys_path"], xid=p["xid"],
+             xid_timeout=p["xid_timeout"], kmsg_path=p["kmsg_path"]), warn))
     nv = _nvidia(probes["gpu_facts"])
 
     timed("kubelet_facts", lambda warn: kubelet_facts_run(
@@ -374,6 +391,10 @@ def main():
             cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
             cgroup_mode=dict(type="str", default="auto", choices=["auto", "list", "probe"]),
             catalog_extra=dict(type="raw"),
+            sys_path=dict(type="path", default="/sys"),
+            xid=dict(type="bool", default=True),
+            xid_timeout=dict(type="float", default=10.0),
+            kmsg_path=dict(type="path", default="/dev/kmsg"),
             _catalog=dict(type="raw"),
         ),
         supports_check_mode=True,

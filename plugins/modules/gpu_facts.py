@@ -71,6 +71,30 @@ options:
       - A driver root that does not exist gives C(probe.status=absent).
     type: path
     default: /
+  sys_path:
+    description:
+      - Where the host's sysfs is mounted; NVIDIA GPUs on the PCI bus are read from
+        C(<sys_path>/bus/pci/devices) (vendor V(0x10de), display or 3D controller class) and
+        compared with the GPUs the driver lists (RV(ansible_facts.nvidia.presence)).
+    type: path
+    default: /sys
+  xid:
+    description:
+      - Read the kernel log of this boot for NVIDIA Xid events (C(journalctl -k -b), then
+        O(kmsg_path), then C(dmesg)), bounded by O(xid_timeout) and 16 MiB
+        (RV(ansible_facts.nvidia.xid)).
+    type: bool
+    default: true
+  xid_timeout:
+    description: Seconds each kernel log source may take (a finite number from 0.1 to 600).
+    type: float
+    default: 10
+  kmsg_path:
+    description:
+      - The kernel ring buffer read when the journal holds no kernel messages (read without
+        blocking). Empty skips it.
+    type: path
+    default: /dev/kmsg
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -277,6 +301,43 @@ ansible_facts:
               description: Errors of the calls about this GPU.
               type: list
               elements: dict
+            health:
+              description:
+                - Memory and NVLink health (nvml and nvidia_smi backends) - C(remapped_rows)
+                  (C(supported), C(correctable), C(uncorrectable), C(pending), C(failure)),
+                  C(retired_pages) (C(multiple_single_bit), C(double_bit), C(pending)), C(ecc)
+                  (C(volatile) and C(aggregate) counters), C(nvlink) (per-counter totals, NVML
+                  only) and C(errors) (query name to V(not supported) or the NVML error).
+                - See docs/hardware-health.md in the collection.
+              type: dict
+              returned: when the driver answered
+            health_verdict:
+              description:
+                - C(reset_required), C(rma), C(ecc_uncorrectable) (C(volatile), C(aggregate),
+                  C(scope)), C(nvlink_errors), C(reasons) and the audit C(findings) this GPU
+                  raises.
+              type: dict
+              returned: when the driver answered
+        pci:
+          description:
+            - NVIDIA devices under C(<sys_path>/bus/pci/devices) - C(available), C(path), C(gpus)
+              and C(nvswitches) (each C(bus_id), C(vendor_id), C(device_id), C(class), C(kind),
+              C(driver)) and C(errors) (entries that could not be read).
+          type: dict
+        xid:
+          description:
+            - Xid events of this boot - C(source) (V(journal), V(kmsg), V(dmesg) or null when
+              no kernel log could be read), C(attempts) (sources that failed, with the reason),
+              C(stats), C(gpus) (per bus id - C(counts), C(last) event, C(action)), C(action)
+              (the worst documented action) and C(events) (count). Null when O(xid=false).
+          type: dict
+        presence:
+          description:
+            - GPUs on the PCI bus vs GPUs the driver lists - C(ok), C(compared) (false when the
+              bus or the driver's list could not be read), C(pci_count), C(present_count),
+              C(missing) (C(bus_id), C(reason), C(xid)), C(not_on_bus), C(passthrough) and
+              C(problems) (also an C(attached_gpus) count nvidia-smi does not describe).
+          type: dict
         device_ids:
           description: Every GPU and MIG device UUID, as Kubernetes device plugins and the kubelet checkpoint name them.
           type: list
@@ -324,6 +385,10 @@ def main():
             proc_path=dict(type="path", default="/proc"),
             dev_path=dict(type="path", default="/dev"),
             driver_root=dict(type="path", default="/"),
+            sys_path=dict(type="path", default="/sys"),
+            xid=dict(type="bool", default=True),
+            xid_timeout=dict(type="float", default=10.0),
+            kmsg_path=dict(type="path", default="/dev/kmsg"),
         ),
         supports_check_mode=True,
     )
