@@ -28,6 +28,7 @@ class ActionModule(ActionBase):
         "pending_threshold": {"type": "int", "default": 300},
         "memory_min_fraction": {"type": "float", "default": 0.8},
         "skip": {"type": "list", "elements": "str", "default": []},
+        "expected_gpus": {"type": "int"},
         "unreachable": {"type": "str", "default": ""},
     }
 
@@ -43,6 +44,10 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="memory_min_fraction must be a finite number >= 0 (a fraction "
                           "such as 0.8), got %r" % (fraction,))
             return result
+        if args["expected_gpus"] is not None and args["expected_gpus"] < 0:
+            result.update(failed=True, msg="expected_gpus must be a GPU count >= 0, got %r"
+                          % (args["expected_gpus"],))
+            return result
         unknown = sorted(set(args["skip"]) - set(FINDINGS))
         if unknown:
             result.update(failed=True, msg="unknown finding id(s) in skip: %s (known: %s)"
@@ -56,7 +61,8 @@ class ActionModule(ActionBase):
         ctx = dict((k, args[k]) for k in ("nvidia", "kubelet", "driver_guard", "checkpoint", "cgroups", "api",
                                           "errors"))
         findings = evaluate_node(ctx, pending_threshold_s=args["pending_threshold"],
-                                 memory_min_fraction=args["memory_min_fraction"], skip=args["skip"])
+                                 memory_min_fraction=args["memory_min_fraction"], skip=args["skip"],
+                                 expected_gpus=args["expected_gpus"])
         audit = {"node": args["node"], "status": "audited", "findings": findings}
         result.update(changed=False, findings=findings, ansible_facts={"kubegpu_audit": audit})
         return result

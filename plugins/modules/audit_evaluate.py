@@ -64,6 +64,14 @@ options:
       reservation is reported as too small. A finite number, not negative.
     type: float
     default: 0.8
+  expected_gpus:
+    description:
+      - GPUs the inventory says this node has (the audit role passes C(kubegpu_expected_gpus),
+        typically set per inventory group). Fewer on the PCI bus and in the driver's list raise
+        C(gpu.missing). Unset - not checked.
+      - The node's advertised C(nvidia.com/gpu) (allocatable, from O(api)) is always compared
+        with the driver's full GPUs (GPUs in MIG mode excluded).
+    type: int
   skip:
     description: Finding ids not to report.
     type: list

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import compare_gpus
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
 
 GH = "https://github.com/"
@@ -22,6 +23,9 @@ REF_CPUMGR = [GH + "kubernetes/kubernetes/issues/77073", GH + "NVIDIA/nvidia-doc
 REF_DEVCHAR = [GH + "NVIDIA/nvidia-container-toolkit/issues/48", GH + "opencontainers/runc/issues/3567"]
 REF_UVM = [GH + "NVIDIA/k8s-device-plugin/blob/main/internal/plugin/server.go", GH + "moby/moby/issues/15270"]
 REF_CKPT = ["https://github.com/kubernetes/kubernetes/tree/master/pkg/kubelet/cm/devicemanager/checkpoint"]
+REF_XID = ["https://docs.nvidia.com/deploy/xid-errors/index.html"]
+REF_MEMERR = ["https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
+              "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html"]
 REF_MEM = ["https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/",
            "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes"]
 
@@ -45,7 +49,19 @@ FINDINGS = {
     "node.not_ready": ("critical", "Node is NotReady in the Kubernetes API"),
     "cluster.device_plugin_outdated": ("critical", "NVIDIA device plugin older than 1.0.0-beta5"),
     "audit.module_failed": ("warning", "An audit probe could not run on this node"),
+    "gpu.missing": ("critical", "GPUs on the PCI bus or in the inventory are missing from the driver's list"),
+    "gpu.xid": ("info", "NVIDIA Xid errors in the kernel log since boot"),
+    "gpu.reset_required": ("critical", "GPU memory repair pending: a GPU reset or reboot is needed"),
+    "gpu.rma": ("critical", "GPU hardware fault that needs a replacement (RMA candidate)"),
+    "gpu.ecc_uncorrectable": ("info", "Uncorrectable GPU memory (ECC) errors"),
 }
+
+# gpu.xid severity from the action NVIDIA's catalog gives for the worst Xid on the node.
+XID_SEVERITY = {"reboot": "critical", "reset_gpu": "critical", "investigate": "warning",
+                "restart_app": "info", "ignore": "info", "none": "info"}
+# Findings that take a person (hands-on work on the hardware): the node is cordoned with the
+# reason and left; remediation.py and the report read this.
+HANDS_ON = ("gpu.rma", "gpu.missing")
 
 MIN_PLUGIN_FOR_DEVICE_SPECS = DevicePluginVersion("1.0.0-beta5")
 
@@ -313,6 +329,110 @@ def rule_api_node(ctx):
     return []
 
 
+def _gpu_label(gpu):
+    return "GPU %s (%s)" % (gpu.get("index"), gpu.get("pci_bus_id") or gpu.get("uuid") or "?")
+
+
+def rule_gpu_presence(ctx, expected_gpus=None):
+    """gpu.missing: the node's PCI scan vs the driver's list (node side, ``presence``) joined
+    here with what the controller knows - the Node's advertised ``nvidia.com/gpu``
+    (allocatable, from the cluster view) and the inventory's expected count."""
+    nv = _d(ctx.get("nvidia"))
+    presence = _d(nv.get("presence"))
+    if not presence:
+        return []  # an older gpu_facts, or gpu_facts failed (audit.module_failed says so)
+    gpus = _l(nv.get("gpus"))
+    pci = _d(nv.get("pci"))
+    answered = nv.get("source") in ("nvml", "nvidia_smi")
+    capacity = _d(_d(ctx.get("api")).get("allocatable")).get("nvidia.com/gpu") if answered else None
+    mig = len([g for g in gpus if _g(g, "mig_mode", "current") == "enabled"])
+    cmp = compare_gpus(_l(pci.get("gpus")) if presence.get("compared") else None,
+                       [g.get("pci_bus_id") for g in gpus if g.get("pci_bus_id")],
+                       capacity=capacity, expected_count=expected_gpus, mig_gpus=mig,
+                       xid_gpus=_d(_d(nv.get("xid")).get("gpus")))
+    # A GPU the driver lists that this sysfs does not show (a container's partial /sys) is
+    # evidence, not a missing GPU.
+    problems = [p for p in cmp["problems"] if not p.startswith("the driver lists ")]
+    problems += [p for p in presence.get("problems") or [] if str(p).startswith("nvidia-smi reports")]
+    if not problems:
+        return []
+    bound = [m["bus_id"] for m in cmp["missing"] if "bound to nvidia" in m["reason"]]
+    return [finding("gpu.missing", {
+        "missing": cmp["missing"], "bus_ids": [m["bus_id"] for m in cmp["missing"]],
+        "pci_count": cmp["pci_count"], "present_count": cmp["present_count"],
+        "capacity": cmp["capacity"], "expected_count": cmp["expected_count"],
+        "not_on_bus": cmp["not_on_bus"], "problems": problems, "hands_on": True},
+        remediation={"summary": "a person checks the GPU%s %s (reseat, power, firmware; RMA if it "
+                                "stays off the bus); the node is cordoned until then"
+                                % ("s" if len(bound) != 1 else "", ", ".join(bound) or "count")},
+        references=REF_XID)]
+
+
+def rule_gpu_xid(ctx):
+    """gpu.xid: Xid events of this boot per GPU, with the action NVIDIA documents."""
+    xid = _d(_d(ctx.get("nvidia")).get("xid"))
+    per_gpu = _d(xid.get("gpus"))
+    if not per_gpu:
+        return []
+    gpus = []
+    for bus_id, g in sorted(per_gpu.items()):
+        g = _d(g)
+        last = _d(g.get("last"))
+        gpus.append({"bus_id": bus_id, "counts": g.get("counts"), "total": g.get("total"),
+                     "action": g.get("action"), "action_xids": g.get("action_xids"),
+                     "last": {"xid": last.get("xid"), "message": last.get("message"),
+                              "timestamp": last.get("timestamp")},
+                     "meanings": dict((k, _d(v).get("meaning")) for k, v in _d(g.get("classes")).items())})
+    action = xid.get("action") or "none"
+    summary = {"reboot": "reboot the node (drained first)",
+               "reset_gpu": "reset the GPU - the rollout reboots the node (drained first)",
+               "investigate": "a person follows NVIDIA's workflow for these Xids; the node is cordoned",
+               "restart_app": "the application on the GPU restarts; nothing to do on the node",
+               "ignore": "informational; nothing to do"}.get(action, "see NVIDIA's Xid catalog")
+    return [finding("gpu.xid", {"action": action, "source": xid.get("source"), "events": xid.get("events"),
+                                "gpus": gpus, "hands_on": action == "investigate"},
+                    remediation={"summary": summary}, references=REF_XID,
+                    severity=XID_SEVERITY.get(action, "warning"))]
+
+
+def rule_gpu_health(ctx):
+    """gpu.reset_required, gpu.rma, gpu.ecc_uncorrectable from each GPU's health verdict."""
+    reset, rma, ecc = [], [], []
+    for g in _l(_d(ctx.get("nvidia")).get("gpus")):
+        v = _d(g.get("health_verdict"))
+        if not v:
+            continue
+        item = {"gpu": _gpu_label(g), "bus_id": g.get("pci_bus_id"), "uuid": g.get("uuid"),
+                "reasons": v.get("reasons")}
+        if v.get("reset_required"):
+            reset.append(item)
+        if v.get("rma"):
+            rma.append(item)
+        unc = _d(v.get("ecc_uncorrectable"))
+        if unc.get("scope"):
+            ecc.append(dict(item, volatile=unc.get("volatile"), aggregate=unc.get("aggregate"),
+                            scope=unc.get("scope")))
+    out = []
+    if reset:
+        out.append(finding("gpu.reset_required", {"gpus": reset},
+                           remediation={"summary": "drain and reboot the node (resets the GPUs; the "
+                                                   "pending row remap / page retirement takes effect)",
+                                        "role": "kubegpu.fleet.rolling_reboot"},
+                           references=REF_MEMERR))
+    if rma:
+        out.append(finding("gpu.rma", {"gpus": rma, "hands_on": True},
+                           remediation={"summary": "a person replaces the GPU (RMA); the node is cordoned "
+                                                   "until then"},
+                           references=REF_MEMERR))
+    if ecc:
+        volatile = any(e["scope"] == "volatile" for e in ecc)
+        out.append(finding("gpu.ecc_uncorrectable", {"gpus": ecc},
+                           remediation={"summary": "watch the GPU: uncorrectable errors since the driver "
+                                                   "loaded" if volatile else "history only (lifetime count)"},
+                           references=REF_MEMERR, severity="warning" if volatile else "info"))
+    return out
+
+
 def rule_module_failures(ctx):
     out = []
     for name, err in sorted(_d(ctx.get("errors")).items(), key=lambda kv: str(kv[0])):
@@ -321,16 +441,18 @@ def rule_module_failures(ctx):
     return out
 
 
-def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()):
+def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=(), expected_gpus=None):
     """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
-    cgroups, api, errors (probe name -> message)."""
+    cgroups, api, errors (probe name -> message). ``expected_gpus``: the GPUs the inventory
+    says the node has (None: not checked)."""
     ctx = _d(ctx)
     out = []
     rules = (("driver", rule_driver, ()), ("nvml", rule_nvml, ()),
              ("admission", rule_admission, (pending_threshold_s,)), ("cpumanager", rule_cpumanager, ()),
              ("uvm", rule_uvm, ()), ("cgroups", rule_cgroups, ()), ("checkpoint", rule_checkpoint, ()),
              ("memory", rule_memory, (memory_min_fraction,)), ("api_node", rule_api_node, ()),
-             ("module_failures", rule_module_failures, ()))
+             ("gpu_presence", rule_gpu_presence, (expected_gpus,)), ("gpu_xid", rule_gpu_xid, ()),
+             ("gpu_health", rule_gpu_health, ()), ("module_failures", rule_module_failures, ()))
     for name, rule, args in rules:
         try:
             out += rule(ctx, *args)
