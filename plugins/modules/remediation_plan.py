@@ -80,6 +80,25 @@ plan:
       description: Finding ids left alone because of O(skip_findings).
       type: list
       elements: str
+    hands_on:
+      description:
+        - One line per GPU hardware problem a person must handle (C(gpu.rma), C(gpu.missing),
+          C(gpu.xid) whose NVIDIA action is to investigate).
+      type: list
+      elements: str
+    cordon:
+      description:
+        - The node has hands-on work; the remediate playbook cordons it with the reasons
+          (annotation C(kubegpu.io/hands-on)) and runs nothing else on it (C(fix) is false).
+      type: bool
+    noted:
+      description: Finding ids that need nothing on the node (Xids of an application fault).
+      type: list
+      elements: str
+    reboot_reasons:
+      description: The GPU reasons for the reboot (pending row remap, reset/reboot Xids), one line per GPU.
+      type: list
+      elements: str
     status:
       description: The node's audit status.
       type: str

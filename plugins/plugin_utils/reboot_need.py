@@ -154,6 +154,35 @@ def driver_check(guard):
             "driver_version": installed, "kernel_module_version": loaded}
 
 
+# gpu.xid actions (NVIDIA's Xid catalog, see docs/hardware-health.md) a node reboot clears.
+GPU_XID_REBOOT_ACTIONS = ("reboot", "reset_gpu")
+
+
+def gpu_reasons(findings):
+    """Reboot reasons from a node's audit findings (``kubegpu_audit.findings``): each GPU whose
+    row remap or page retirement waits for a GPU reset (gpu.reset_required; rebooting the
+    drained node resets every GPU) and each GPU whose worst Xid since boot calls for a GPU reset
+    or a reboot (gpu.xid). Findings of any other id or shape give nothing."""
+    out = []
+    for f in findings if isinstance(findings, list) else []:
+        if not isinstance(f, dict) or not isinstance(f.get("evidence"), dict):
+            continue
+        ev = f["evidence"]
+        gpus = [g for g in ev.get("gpus") or [] if isinstance(g, dict)]
+        if f.get("id") == "gpu.reset_required":
+            for g in gpus:
+                why = "; ".join(str(r) for r in g.get("reasons") or []) or "GPU reset required"
+                out.append("%s: %s" % (g.get("gpu") or g.get("bus_id") or "GPU", why))
+        elif f.get("id") == "gpu.xid":
+            for g in gpus:
+                if g.get("action") not in GPU_XID_REBOOT_ACTIONS:
+                    continue
+                xids = "/".join(str(x) for x in g.get("action_xids") or []) or "?"
+                out.append("GPU %s: Xid %s since boot (NVIDIA: %s)" % (
+                    g.get("bus_id"), xids, "reset the GPU" if g["action"] == "reset_gpu" else "reboot"))
+    return out
+
+
 def open_maintenance(node, annotation=MAINTENANCE_ANNOTATION):
     """The value of the maintenance annotation an earlier run left on the Node, else None."""
     meta = (node or {}).get("metadata") if isinstance(node, dict) else None

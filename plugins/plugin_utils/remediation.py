@@ -9,21 +9,33 @@ The remediate playbook runs the audit, turns each node's findings into a plan wi
 """
 from __future__ import annotations
 
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.reboot_need import gpu_reasons
+
 # Findings whose fix changes what running GPU pods depend on (driver files, the device
 # checkpoint, device cgroups of existing containers) or needs a reboot: the node is drained
 # first and goes through the rolling_reboot window.
 DRAIN = frozenset((
     "driver.known_bad", "driver.at_risk", "driver.version_mismatch",
     "nvml.hung", "nvml.error", "kubelet.admission_blocked", "cgroup.devices_missing",
-    "cgroup.uvm_tools_missing", "checkpoint.stale",
+    "cgroup.uvm_tools_missing", "checkpoint.stale", "gpu.reset_required", "gpu.xid",
 ))
 # The kubelet on these nodes is wedged in a device-plugin call: it never confirms pod
 # deletions, so evicted pods stay Terminating until the node reboots.
 WEDGED = frozenset(("nvml.hung", "kubelet.admission_blocked"))
 # Findings that need a reboot whatever role runs (the kernel module must change).
-REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung"))
+# A GPU reset applies a pending row remap / page retirement; rebooting the drained node resets
+# every GPU (and is what NVIDIA documents for the Xids whose action is reboot).
+REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung", "gpu.reset_required", "gpu.xid"))
 # Findings nothing here can fix automatically: reported, the node is not touched for them.
-MANUAL = frozenset(("node.not_ready", "audit.module_failed"))
+MANUAL = frozenset(("node.not_ready", "audit.module_failed", "gpu.rma", "gpu.missing",
+                    "gpu.ecc_uncorrectable"))
+# Hardware a person must handle (replace the GPU, reseat it, follow NVIDIA's workflow): the
+# node is cordoned with the reason and nothing automatic runs on it - a reboot or uncordon
+# would put the faulty GPU back in service.
+HANDS_ON = frozenset(("gpu.rma", "gpu.missing"))
+# gpu.xid is acted on by the action NVIDIA documents for its worst Xid.
+XID_REBOOT_ACTIONS = ("reboot", "reset_gpu")
+XID_HANDS_ON_ACTIONS = ("investigate",)
 
 ROLE_FOR = {
     "driver.known_bad": "driver",
@@ -41,7 +53,38 @@ ROLE_FOR = {
     "cgroup.uvm_tools_missing": "device_plugin",
     "driver.version_mismatch": "rolling_reboot",
     "nvml.error": "rolling_reboot",
+    "gpu.reset_required": "rolling_reboot",
+    "gpu.xid": "rolling_reboot",
 }
+
+
+def _hands_on_reason(finding):
+    """One line naming what a person has to look at, from a hands-on finding's evidence."""
+    ev = finding.get("evidence") or {}
+    fid = finding.get("id")
+    if fid == "gpu.rma":
+        gpus = [g.get("gpu") for g in ev.get("gpus") or [] if isinstance(g, dict)]
+        return "gpu.rma: replace %s" % (", ".join(str(g) for g in gpus) or "the GPU")
+    if fid == "gpu.missing":
+        problems = [str(p) for p in ev.get("problems") or []]
+        return "gpu.missing: %s" % ("; ".join(problems) or "GPUs missing")
+    if fid == "gpu.xid":
+        gpus = [g for g in ev.get("gpus") or [] if isinstance(g, dict)
+                and g.get("action") in XID_HANDS_ON_ACTIONS]
+        return "gpu.xid: follow NVIDIA's workflow for %s" % ", ".join(
+            "Xid %s on %s" % ("/".join(str(x) for x in g.get("action_xids") or []), g.get("bus_id"))
+            for g in gpus) if gpus else "gpu.xid: investigate"
+    return "%s: %s" % (fid, finding.get("title") or "")
+
+
+def xid_disposition(finding):
+    """What gpu.xid asks for: "reboot", "hands_on" or "note" (nothing to do on the node)."""
+    action = (finding.get("evidence") or {}).get("action")
+    if action in XID_REBOOT_ACTIONS:
+        return "reboot"
+    if action in XID_HANDS_ON_ACTIONS:
+        return "hands_on"
+    return "note"
 
 
 def _vars(finding):
@@ -56,16 +99,20 @@ def plan_node(audit, skip_findings=()):
     Returns a dict: ``fix`` (anything to do), ``roles`` (role short name -> vars for it),
     ``drain``, ``wedged``, ``reboot`` (a reboot is needed whatever the roles find),
     ``findings`` (ids acted on), ``manual`` (ids left for a person), ``skipped`` (ids the
-    operator asked to leave), ``reason`` (one line).
+    operator asked to leave), ``hands_on`` (one line per hardware problem a person must handle),
+    ``cordon`` (the node is cordoned with those reasons and nothing else is done on it),
+    ``noted`` (ids that need nothing: Xids of an application fault), ``reboot_reasons`` (the
+    GPU reasons for the reboot, one line per GPU), ``reason`` (one line).
     """
     audit = audit or {}
     status = audit.get("status") or "unknown"
     empty = {"fix": False, "roles": {}, "drain": False, "wedged": False, "reboot": False,
-             "findings": [], "manual": [], "skipped": [], "status": status}
+             "findings": [], "manual": [], "skipped": [], "hands_on": [], "cordon": False,
+             "noted": [], "reboot_reasons": [], "status": status}
     if status != "audited":
         empty["reason"] = "not audited (%s): nothing is changed on it" % status
         return empty
-    roles, ids, manual, skipped = {}, [], [], []
+    roles, ids, manual, skipped, hands_on, noted = {}, [], [], [], [], []
     for f in audit.get("findings") or []:
         fid = f.get("id")
         if not fid:
@@ -73,6 +120,17 @@ def plan_node(audit, skip_findings=()):
         if fid in skip_findings:
             skipped.append(fid)
             continue
+        if fid == "gpu.xid":
+            disposition = xid_disposition(f)
+            if disposition == "note":
+                noted.append(fid)
+                continue
+            if disposition == "hands_on":
+                hands_on.append(_hands_on_reason(f))
+                manual.append(fid)
+                continue
+        if fid in HANDS_ON:
+            hands_on.append(_hands_on_reason(f))
         if fid in MANUAL or fid not in ROLE_FOR:
             manual.append(fid)
             continue
@@ -81,10 +139,21 @@ def plan_node(audit, skip_findings=()):
         roles.setdefault(role, {}).update(_vars(f))
     ids_set = set(ids)
     plan = dict(empty)
-    plan.update(findings=sorted(ids_set), manual=sorted(set(manual)), skipped=sorted(set(skipped)))
+    plan.update(findings=sorted(ids_set), manual=sorted(set(manual)), skipped=sorted(set(skipped)),
+                hands_on=hands_on, noted=sorted(set(noted)))
+    if hands_on:
+        # Nothing automatic on a node a person has to take: drain/reboot/uncordon would put the
+        # faulty GPU back into service. It is cordoned with the reasons; the other fixes wait.
+        plan.update(cordon=True, fix=False, roles={}, drain=False, wedged=False, reboot=False,
+                    findings=[])
+        plan["reason"] = "cordoned, left for a person (hands-on): %s%s" % (
+            "; ".join(hands_on), (" - fixes held back: %s" % ", ".join(sorted(ids_set))) if ids_set else "")
+        return plan
     plan["drain"] = bool(ids_set & DRAIN)
     plan["wedged"] = bool(ids_set & WEDGED)
     plan["reboot"] = bool(ids_set & REBOOT)
+    acted = [f for f in audit.get("findings") or [] if isinstance(f, dict) and f.get("id") in ids_set]
+    plan["reboot_reasons"] = gpu_reasons(acted)
     if "rolling_reboot" in roles:
         rr = roles.pop("rolling_reboot")
         if rr.get("kubegpu_reboot") == "needed":
