@@ -162,6 +162,7 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             "by_id": dict(sorted(by_id.items(), key=lambda kv: (-severity_rank(kv[1]["severity"]), kv[0]))),
             "fail_on": fail_on,
             "failing": len(failing),
+            "hands_on": hands_on(out_nodes),
         },
         "nodes": out_nodes,
         "cluster": {"findings": cluster},
@@ -170,6 +171,21 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
 
 def _finding_order(f):
     return (-severity_rank(f["severity"]), f["id"])
+
+
+def hands_on(nodes):
+    """Nodes with hardware work a person must do: findings whose evidence says ``hands_on``
+    (a GPU to replace, a GPU off the bus, an Xid NVIDIA says to investigate). The remediation
+    leaves these nodes cordoned. ``[{"node", "findings", "work"}]`` sorted by node."""
+    out = []
+    for node in nodes:
+        picked = [f for f in node["findings"] if isinstance(f.get("evidence"), dict)
+                  and f["evidence"].get("hands_on") is True]
+        if picked:
+            out.append({"node": node["name"], "findings": [f["id"] for f in picked],
+                        "work": [str((f.get("remediation") or {}).get("summary") or f["title"])
+                                 for f in picked]})
+    return sorted(out, key=lambda e: e["node"])
 
 
 def failing_findings(report, fail_on):
@@ -208,6 +224,12 @@ def render_markdown(report):
         lines += ["**Unreachable:** %s" % ", ".join(s["unreachable"]), ""]
     if s["failed"]:
         lines += ["**Audit failed on:** %s" % ", ".join(s["failed"]), ""]
+    if s.get("hands_on"):
+        lines += ["**Hands-on work (nodes left cordoned for a person):**", ""]
+        for entry in s["hands_on"]:
+            lines.append("- **%s** (%s): %s" % (_md_escape(entry["node"]), ", ".join(
+                "`%s`" % i for i in entry["findings"]), _md_escape("; ".join(entry["work"]))))
+        lines.append("")
     if s["by_id"]:
         lines += ["| severity | finding | nodes |", "| --- | --- | --- |"]
         for fid, slot in s["by_id"].items():
@@ -279,6 +301,10 @@ def render_prometheus(report):
             ({"status": "failed"}, s["nodes_failed"]), ({"status": "clean"}, s["nodes_clean"])])
     metric("kubegpu_audit_node_up", "gauge", "1 when the node was audited, 0 when unreachable or failed.",
            [({"node": n["name"]}, 1 if n["status"] == "audited" else 0) for n in report["nodes"]])
+    needs_hands = set(e["node"] for e in s.get("hands_on") or [])
+    metric("kubegpu_audit_node_hands_on", "gauge",
+           "1 when the node has GPU hardware work for a person (RMA, GPU off the bus, Xid to investigate).",
+           [({"node": n["name"]}, 1 if n["name"] in needs_hands else 0) for n in report["nodes"]])
     metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
            [({}, _epoch(report["generated_at"]))])
     return "\n".join(out) + "\n"
@@ -338,6 +364,14 @@ def render_html(report):
     if s["failed"]:
         parts.append('<p id="failed"><strong>Audit failed on:</strong> %s</p>' % _e(", ".join(s["failed"])))
     parts.append("</section>")
+    if s.get("hands_on"):
+        parts.append('<section id="hands-on"><h2>Hands-on work</h2><p>Left cordoned for a person:</p><ul>')
+        for entry in s["hands_on"]:
+            parts.append('<li data-node="%s"><a href="#node-%s"><strong>%s</strong></a> (%s): %s</li>'
+                         % (_e(entry["node"]), _e(entry["node"]), _e(entry["node"]),
+                            ", ".join("<code>%s</code>" % _e(i) for i in entry["findings"]),
+                            _e("; ".join(entry["work"]))))
+        parts.append("</ul></section>")
 
     parts.append('<section id="matrix"><h2>Node &times; finding</h2>')
     if ids:
