@@ -191,3 +191,47 @@ def test_audit_node_carries_hardware_facts_in_one_round_trip(ansible, node):
     assert [m["bus_id"] for m in nv["presence"]["missing"]] == ["0000:38:00.0"]
     assert nv["gpus"][1]["health_verdict"]["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable"]
     assert nv["xid"]["gpus"]["0000:28:00.0"]["counts"] == {"48": 1, "63": 1}
+
+
+def test_audit_findings_and_plan_from_the_node_probe(ansible, node):
+    """The audit path on the control node: audit_node's one round trip -> audit_evaluate (with
+    the Node's advertised nvidia.com/gpu and the inventory count) -> remediation_plan."""
+    _three_gpu_node(node)
+    args = node.args(nvidia_proc_path=node.proc, backend="nvml")
+    plays = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "Probe", "kubegpu.fleet.audit_node": args, "register": "probe"},
+        {"name": "Evaluate", "kubegpu.fleet.audit_evaluate": {
+            "node": "gpu-hw", "nvidia": "{{ probe.probes.gpu_facts.ansible_facts.nvidia }}",
+            "api": {"ready": True, "allocatable": {"nvidia.com/gpu": "2"}}, "expected_gpus": 4}},
+        {"name": "Plan", "kubegpu.fleet.remediation_plan": {"audit": "{{ kubegpu_audit }}"}},
+    ]}]
+    res = ansible.playbook(plays, env=node.env)
+    assert res.rc == 0, res.stdout
+    found = dict((f["id"], f) for f in res.task("Evaluate")["findings"])
+    assert set(["gpu.missing", "gpu.xid", "gpu.reset_required", "gpu.rma", "gpu.ecc_uncorrectable"]) <= set(found)
+    missing = found["gpu.missing"]["evidence"]
+    assert missing["bus_ids"] == ["0000:38:00.0"] and missing["capacity"] == 2
+    assert any("inventory expects 4 GPUs" in p for p in missing["problems"])
+    assert found["gpu.xid"]["severity"] == "critical" and found["gpu.xid"]["evidence"]["action"] == "reboot"
+    assert [g["bus_id"] for g in found["gpu.reset_required"]["evidence"]["gpus"]] == ["00000000:28:00.0"]
+    assert [g["bus_id"] for g in found["gpu.rma"]["evidence"]["gpus"]] == ["00000000:18:00.0"]
+    assert found["gpu.ecc_uncorrectable"]["severity"] == "warning"
+    plan = res.task("Plan")["plan"]
+    assert plan["cordon"] is True and plan["fix"] is False
+    assert [h.split(":")[0] for h in plan["hands_on"]] == ["gpu.missing", "gpu.rma"]
+
+
+def test_bad_expected_gpus_is_named(ansible):
+    out = ansible.module("audit_evaluate", {"node": "n", "expected_gpus": -1})
+    assert out["_rc"] != 0 and "expected_gpus must be a GPU count >= 0, got -1" in out["msg"]
+
+
+def test_smi_document_describing_fewer_gpus_than_attached_is_reported(ansible, node):
+    """A GPU the driver lost: nvidia-smi counts it in <attached_gpus> but writes no <gpu> for it."""
+    node.setup([fakenvml.gpu(0, mig=False), fakenvml.gpu(1, mig=False, lost=True)], bus_gpus=2, log_lines=[])
+    res = ansible.module("gpu_facts", node.args(backend="nvidia_smi", xid=False), env=node.env)
+    f = _facts(res)
+    assert "nvidia-smi reports 2 attached GPUs but describes 1" in f["warnings"]
+    assert "nvidia-smi reports 2 attached GPUs but describes 1" in f["presence"]["problems"]
+    assert f["presence"]["ok"] is False
+    assert any("describes 1" in w for w in res.get("warnings") or []), res.get("warnings")
