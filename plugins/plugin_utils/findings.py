@@ -345,6 +345,10 @@ def rule_gpu_presence(ctx, expected_gpus=None):
     pci = _d(nv.get("pci"))
     answered = nv.get("source") in ("nvml", "nvidia_smi")
     capacity = _d(_d(ctx.get("api")).get("allocatable")).get("nvidia.com/gpu") if answered else None
+    if str(capacity).strip() in ("0", ""):
+        # Nothing advertised at all is the device plugin's state (not running, not registered;
+        # the device plugin and kubelet findings cover it), not evidence about the hardware.
+        capacity = None
     mig = len([g for g in gpus if _g(g, "mig_mode", "current") == "enabled"])
     cmp = compare_gpus(_l(pci.get("gpus")) if presence.get("compared") else None,
                        [g.get("pci_bus_id") for g in gpus if g.get("pci_bus_id")],

@@ -48,7 +48,7 @@ def _health(pending=False, failure=False, vol=0, agg=0):
             "nvlink": None, "errors": {}}
 
 
-def _nvidia(tmp_path, listed, bus=BUS, health=None, log=(), mig=()):
+def _nvidia(tmp_path, listed, bus=tuple(BUS), health=None, log=(), mig=()):
     """gpu_facts' nvidia facts for a node whose PCI bus shows ``bus`` and whose driver lists
     the GPUs at ``listed`` (indexes into ``bus``)."""
     root = str(tmp_path / "sys")
@@ -107,6 +107,15 @@ def test_advertised_capacity_and_inventory_count_short(tmp_path):
     assert f["evidence"]["bus_ids"] == [] and f["evidence"]["capacity"] == 2
     assert any("advertises 2 nvidia.com/gpu but the driver lists 3" in p for p in f["evidence"]["problems"])
     assert any("inventory expects 4 GPUs" in p for p in f["evidence"]["problems"])
+
+
+def test_nothing_advertised_is_the_device_plugin_not_the_hardware(tmp_path):
+    nv = _nvidia(tmp_path, [0, 1, 2])
+    for alloc in ({"nvidia.com/gpu": "0"}, {}, {"nvidia.com/mig-1g.10gb": "7"}):
+        found = fd.evaluate_node({"nvidia": nv, "api": {"allocatable": alloc}})
+        assert "gpu.missing" not in [f["id"] for f in found], alloc
+    f = _only(fd.evaluate_node({"nvidia": nv, "api": {"allocatable": {"nvidia.com/gpu": "1"}}}), "gpu.missing")
+    assert f["evidence"]["capacity"] == 1
 
 
 def test_mig_gpus_are_not_expected_in_the_full_gpu_capacity(tmp_path):
