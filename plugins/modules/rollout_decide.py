@@ -183,7 +183,9 @@ decision:
       type: bool
       returned: when O(decision=start)
     uncordon:
-      description: The uncordon decision (C(uncordon), or C(validation) with O(close)); for C(uncordon) its C(uncordon) key says whether the node is made schedulable.
+      description:
+        - The uncordon decision (C(uncordon), or C(validation) with O(close)).
+        - For C(uncordon) its C(uncordon) key says whether the node is made schedulable.
       type: raw
       returned: when O(decision) is C(uncordon), or C(validation) with O(close)
     active:

@@ -44,7 +44,7 @@ def installed(tmp_path_factory):
 
 
 def test_artifact_ships_the_collection_and_its_license(installed):
-    _, listing, _, cols = installed
+    listing, cols = installed[1], installed[3]
     for path in ("LICENSE", "README.md", "MANIFEST.json", "meta/runtime.yml", "playbooks/audit.yml",
                  "plugins/modules/gpu_facts.py", "roles/audit/meta/argument_specs.yml"):
         assert path in listing, path
@@ -54,7 +54,7 @@ def test_artifact_ships_the_collection_and_its_license(installed):
 
 
 def test_artifact_leaves_out_the_development_tools(installed):
-    _, listing, _, _ = installed
+    listing = installed[1]
     unwanted = ("lab/", "bench/", "scripts/", "molecule/", ".ci/", "tests/lab/",
                 "tests/integration/", ".venv/", ".build/", ".git/")
     assert not [p for p in listing if p.startswith(unwanted)]
@@ -64,7 +64,7 @@ def test_artifact_leaves_out_the_development_tools(installed):
 
 
 def test_every_module_is_documented_from_the_installed_artifact(installed):
-    _, listing, env, cols = installed
+    listing, env, cols = installed[1], installed[2], installed[3]
     modules = sorted(os.path.basename(p)[:-3] for p in listing
                      if p.startswith("plugins/modules/") and p.endswith(".py")
                      and not p.endswith("__init__.py"))
@@ -84,7 +84,7 @@ def test_every_module_is_documented_from_the_installed_artifact(installed):
 
 
 def test_public_playbooks_parse_from_the_installed_artifact(installed, tmp_path):
-    _, listing, env, _ = installed
+    listing, env = installed[1], installed[2]
     playbooks = sorted(os.path.basename(p)[:-4] for p in listing
                        if p.startswith("playbooks/") and p.endswith(".yml")
                        and p.count("/") == 1)

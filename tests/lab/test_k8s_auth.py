@@ -171,8 +171,8 @@ def test_the_roles_pass_the_same_settings_to_kubernetes_core_and_the_collection(
                  "kubegpu_k8s_ca_cert": proc.info["ca_file"], "kubegpu_k8s_validate_certs": True}
     plays = [{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": "audit", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "cluster"}},
-        {"name": "device plugin", "ansible.builtin.include_role": {"name": "kubegpu.fleet.device_plugin",
-                                                                  "tasks_from": "cluster"},
+        {"name": "device plugin",
+         "ansible.builtin.include_role": {"name": "kubegpu.fleet.device_plugin", "tasks_from": "cluster"},
          "vars": {"kubegpu_device_plugin_node_hosts": [], "kubegpu_device_plugin_fact_hosts": [],
                   "kubegpu_device_plugin_pass_device_specs": "false"}}]}]
     plays[0]["vars"] = extra

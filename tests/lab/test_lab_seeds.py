@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from lab_fixture import (CPU_MANAGER_RECONCILED, device_plugin_ds, journal_cursor, journal_since,  # noqa: F401
-                         lab_factory, wait_for, wait_for_cpu_manager_reconciles)  # pylint: disable=unused-import
+from lab_fixture import (CPU_MANAGER_RECONCILED, device_plugin_ds, journal_cursor,  # noqa: F401  pylint: disable=unused-import
+                         journal_since, lab_factory, wait_for, wait_for_cpu_manager_reconciles)
 
 RESERVED = {"kubeReserved": {"cpu": "1", "memory": "5489Mi"}, "systemReserved": {"cpu": "500m", "memory": "1Gi"},
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%",

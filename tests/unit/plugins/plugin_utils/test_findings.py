@@ -247,8 +247,9 @@ def test_cluster_view_wrong_types_inside_a_node_and_its_pods_are_recorded_there(
         {"metadata": {"name": "a", "namespace": "ml", "uid": "u-a", "ownerReferences": "ds"},
          "spec": {"nodeName": "gpu-1", "containers": "cuda"}, "status": "Pending"},
         {"metadata": {"name": "b", "namespace": "ml", "uid": "u-b", "creationTimestamp": "2026-11-22T05:00:00Z"},
-         "spec": {"nodeName": "gpu-1", "containers": [None, {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
-                                                              "env": "PASS_DEVICE_SPECS=true", "args": "x"}]},
+         "spec": {"nodeName": "gpu-1",
+                  "containers": [None, {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0",
+                                        "env": "PASS_DEVICE_SPECS=true", "args": "x"}]},
          "status": {"phase": "Pending", "conditions": [None, "PodScheduled"]}},
         {"metadata": {"name": "c", "namespace": "ml"}, "spec": {"nodeName": ["gpu-1"]}},
     ]
