@@ -66,8 +66,9 @@ class ActionModule(ActionBase):
         attempts = 0
         while True:
             attempts += 1
-            facts = self._execute_module(module_name="kubegpu.fleet.gpu_facts", module_args=common,
-                                         task_vars=task_vars)
+            # The check reads the device list; the kernel-log Xid scan is the audit's (issue 16).
+            facts = self._execute_module(module_name="kubegpu.fleet.gpu_facts",
+                                         module_args=dict(common, xid=False), task_vars=task_vars)
             guard = self._execute_module(module_name="kubegpu.fleet.driver_guard", module_args=guard_args,
                                          task_vars=task_vars)
             redact_catalog(guard, catalog)
