@@ -387,6 +387,9 @@ class Lab(object):
                 "kubegpu_kubeconfig": self.kubeconfig_path,
                 "kubegpu_lab_name": self.name,
                 "kubegpu_proc_path": "/run/kubegpu-lab/proc",
+                # the node's own PCI tree and kernel log (docs/lab.md, "GPU hardware faults")
+                "kubegpu_sys_path": "/run/kubegpu-lab/sys",
+                "kubegpu_kmsg_path": "/run/kubegpu-lab/kmsg",
                 "kubegpu_dev_path": "/dev",
                 "kubegpu_cgroup_root": "/run/kubegpu-lab/cgroup",
                 "kubegpu_cgroup_mode": "list",

@@ -122,6 +122,7 @@ class Node(object):
             "memory_bytes": spec["memory_bytes"], "cpus": spec["cpus"], "uvm": spec["uvm"],
             "faults": spec["faults"], "runtime": spec["runtime"],
             "kubelet_version": spec["kubelet"]["version"], "labels": node_labels(spec),
+            "xid": spec.get("xid_events", []),
         }
         self.put("/etc/kubegpu-lab/node.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         self.put("/var/lib/kubelet/config.yaml", yaml.safe_dump(kubelet_config(spec), sort_keys=False))
@@ -375,6 +376,11 @@ def gpu_specs(spec):
         out.append({"model": g["model"], "memory_mib": g["memory_mib"], "architecture": g["architecture"],
                     "compute_capability": g["compute_capability"], "pci_device_id": g["pci_device_id"],
                     "pci_bus_id": "00000000:%02X:00.0" % bus, "minor": i, "mig": spec["mig_layout"][i]})
+        health = spec.get("health_map", {}).get(i)
+        if health is not None:
+            out[-1]["health"] = health
+        if i in spec.get("missing_gpus", []):
+            out[-1]["missing"] = True
     return out
 
 

@@ -188,6 +188,7 @@ def validate_node(node, where):
     if not isinstance(g.get("count"), int) or not 0 <= g["count"] <= 16:
         raise LabError("%s: node %s: gpus.count must be 0..16, not %r" % (where, name, g.get("count")))
     node["mig_layout"] = _mig_layout(node, where)
+    _validate_gpu_health(node, where)
     if node["mig_apply"] not in ("boot", "after-device-plugin"):
         raise LabError("%s: node %s: mig_apply must be boot or after-device-plugin, not %r"
                        % (where, name, node["mig_apply"]))
@@ -214,6 +215,65 @@ def validate_node(node, where):
     problem = bootfs.validate(node.get("boot"), where, name)
     if problem:
         raise LabError(problem)
+
+
+XID_MESSAGES = {
+    # what the driver prints after the Xid number, as quoted in docs/hardware-health.md
+    # ("Record format"); any other Xid needs its text in the profile
+    79: "GPU has fallen off the bus.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+}
+
+def _gpu_index(value, node, where, key):
+    count = node["gpus"]["count"]
+    try:
+        idx = int(value)
+    except (TypeError, ValueError):
+        raise LabError("%s: node %s: gpus.%s names GPU %r, not a GPU index" % (where, node["name"], key, value))
+    if not 0 <= idx < count:
+        raise LabError("%s: node %s: gpus.%s names GPU %d but the node has %d GPUs"
+                       % (where, node["name"], key, idx, count))
+    return idx
+
+
+def _validate_gpu_health(node, where):
+    """``gpus.health`` (GPU index -> the fake NVML ``health`` of that GPU), ``gpus.missing``
+    (GPUs on the PCI bus that the driver does not list) and ``gpus.xid`` (Xid lines in the
+    node's kernel log): normalised into ``health_map``, ``missing_gpus`` and ``xid_events``."""
+    g = node["gpus"]
+    name = node["name"]
+    health = g.get("health") or {}
+    if not isinstance(health, dict):
+        raise LabError("%s: node %s: gpus.health must be a map GPU index -> health, not %r" % (where, name, health))
+    node["health_map"] = {}
+    for idx, h in health.items():
+        i = _gpu_index(idx, node, where, "health")
+        if not isinstance(h, dict):
+            raise LabError("%s: node %s: gpus.health of GPU %d must be a mapping (the fake NVML health key), "
+                           "not %r" % (where, name, i, h))
+        node["health_map"][i] = h
+    missing = g.get("missing") or []
+    if not isinstance(missing, list):
+        raise LabError("%s: node %s: gpus.missing must be a list of GPU indexes, not %r" % (where, name, missing))
+    node["missing_gpus"] = sorted(set(_gpu_index(i, node, where, "missing") for i in missing))
+    xids = g.get("xid") or []
+    if not isinstance(xids, list):
+        raise LabError("%s: node %s: gpus.xid must be a list, not %r" % (where, name, xids))
+    node["xid_events"] = []
+    for ev in xids:
+        if not isinstance(ev, dict) or "gpu" not in ev or not isinstance(ev.get("xid"), int) or isinstance(ev.get("xid"), bool):
+            raise LabError("%s: node %s: a gpus.xid entry needs gpu (an index) and xid (a number), not %r"
+                           % (where, name, ev))
+        text = ev.get("text") or XID_MESSAGES.get(ev["xid"])
+        if not text:
+            raise LabError("%s: node %s: Xid %d has no built-in message: give the entry a text"
+                           % (where, name, ev["xid"]))
+        count = ev.get("count", 1)
+        if not isinstance(count, int) or not 1 <= count <= 100:
+            raise LabError("%s: node %s: gpus.xid count must be 1..100, not %r" % (where, name, count))
+        node["xid_events"].append({"gpu": _gpu_index(ev["gpu"], node, where, "xid"), "xid": ev["xid"],
+                                   "text": str(text), "pid": ev.get("pid"), "process": ev.get("process"),
+                                   "count": count})
 
 
 def kubelet_config(node):

@@ -5,14 +5,22 @@ reboots like the real thing: MIG mode and the instances mig-parted created are s
 after a reboot. Each boot renders the fake NVML scenario (/run/kubegpu-lab/nvml.json, linked
 from /etc/kubegpu-lab/nvml.json where the fake libnvidia-ml.so.1 looks for it) from that state.
 
+Hardware health (docs/lab.md, "GPU hardware faults"): a GPU's ``health`` goes into the
+scenario as the fake NVML ``health`` key; a ``missing`` GPU stays on the node's PCI bus (the
+lab's sysfs tree, /run/kubegpu-lab/sys, written by :func:`write_sysfs`) but is left out of the
+driver's list (the scenario), as a GPU that fell off the bus; the profile's Xid events are
+written by :func:`write_kernel_log` into the node's kernel log file (/run/kubegpu-lab/kmsg,
+``/dev/kmsg`` record format) once the nvidia module is loaded.
+
 With the ``gpu_uuids_change_on_reboot`` fault every boot after the first gives the GPUs (and
 their MIG instances) new UUIDs, as after a board swap or on platforms that virtualise them.
 """
 import os
+import time
 import uuid
 
-from .common import (HW_STATE, NVML_SCENARIO, NVML_SCENARIO_LINK, PROC_OVERLAY_DIR, load_node_config,
-                     locked, read_json, write_json)
+from .common import (HW_STATE, NVML_SCENARIO, NVML_SCENARIO_LINK, PROC_OVERLAY_DIR, RUN_DIR, load_node_config,
+                     locked, read_json, write_atomic, write_json)
 
 # what the kernel module reports (the backing file of /proc/driver/nvidia/version)
 KMOD_VERSION_FILE = os.path.join(PROC_OVERLAY_DIR, "driver", "nvidia", "version")
@@ -149,6 +157,8 @@ def apply_mig_now(cfg=None):
 def render_scenario(cfg, state):
     gpus = []
     for idx, (spec, gpu) in enumerate(zip(cfg.get("gpus", []), state["gpus"])):
+        if spec.get("missing"):
+            continue  # on the bus (write_sysfs), not in the driver's list
         entry = {
             "uuid": gpu["uuid"],
             "name": spec.get("model", "NVIDIA H100 80GB HBM3"),
@@ -167,6 +177,8 @@ def render_scenario(cfg, state):
                                     for i in gpu["instances"]]
         else:
             entry["mig_mode"] = "N/A"
+        if spec.get("health") is not None:
+            entry["health"] = spec["health"]
         gpus.append(entry)
     scenario = {"kernel_module_version_file": KMOD_VERSION_FILE, "gpus": gpus}
     scenario.update(cfg.get("nvml_extra", {}))
@@ -189,3 +201,102 @@ def devices(cfg, state):
                                        ci_minor=ci_access_minor(idx, i["gi"], i["ci"]))
                                   for i in gpu["instances"]]})
     return out
+
+
+# ------------------------------------------------------------------------------ PCI bus, kernel log
+
+SYS_DIR = os.path.join(RUN_DIR, "sys")      # the node's PCI tree: the audit's sys_path
+KMSG_FILE = os.path.join(RUN_DIR, "kmsg")   # the node's kernel log: the audit's kmsg_path
+PCI_ROOT = "pci0000:00"
+# a host bridge, so the bus holds more than NVIDIA devices (vendor, device, class)
+OTHER_DEVICES = {"0000:00:00.0": (0x8086, 0x09a2, 0x060000)}
+CLASS_3D = 0x030200
+
+
+def sysfs_bus_id(pci_bus_id):
+    """``00000000:2A:00.0`` (NVML) -> ``0000:2a:00.0`` (sysfs)."""
+    domain, rest = pci_bus_id.split(":", 1)
+    return ("%04x:%s" % (int(domain, 16), rest)).lower()
+
+
+def _pci_device_vendor(spec):
+    """NVML's ``pci_device_id`` (0x233010DE: device << 16 | vendor) -> (vendor, device)."""
+    value = int(str(spec.get("pci_device_id", "0x233010DE")), 16)
+    return value & 0xFFFF, value >> 16
+
+
+def write_sysfs(cfg, nvidia_loaded, root=SYS_DIR):
+    """The node's PCI devices as sysfs shows them: ``devices/pci0000:00/<bdf>/{vendor,device,class}``,
+    ``bus/pci/devices/<bdf>`` links to them and a ``driver`` link to ``bus/pci/drivers/nvidia``
+    on every GPU while the nvidia module is loaded (a missing GPU included: the driver still
+    holds a GPU that fell off the bus). Attribute files are written as the kernel prints them
+    (``0x%04x``, class ``0x%06x``); links change atomically (rename over)."""
+    devices = dict((bdf, (v, d, c, None)) for bdf, (v, d, c) in OTHER_DEVICES.items())
+    for spec in cfg.get("gpus", []):
+        vendor, device = _pci_device_vendor(spec)
+        devices[sysfs_bus_id(spec["pci_bus_id"])] = (vendor, device, CLASS_3D,
+                                                     "nvidia" if nvidia_loaded else None)
+    bus_devices = os.path.join(root, "bus", "pci", "devices")
+    os.makedirs(bus_devices, exist_ok=True)
+    os.makedirs(os.path.join(root, "bus", "pci", "drivers", "nvidia"), exist_ok=True)
+    for bdf, (vendor, device, pci_class, driver) in sorted(devices.items()):
+        dev_dir = os.path.join(root, "devices", PCI_ROOT, bdf)
+        os.makedirs(dev_dir, exist_ok=True)
+        for name, text in (("vendor", "0x%04x\n" % vendor), ("device", "0x%04x\n" % device),
+                           ("class", "0x%06x\n" % pci_class)):
+            write_atomic(os.path.join(dev_dir, name), text, 0o444)
+        _symlink(os.path.join("..", "..", "..", "devices", PCI_ROOT, bdf), os.path.join(bus_devices, bdf))
+        link = os.path.join(dev_dir, "driver")
+        if driver:
+            _symlink(os.path.join("..", "..", "..", "bus", "pci", "drivers", driver), link)
+        elif os.path.lexists(link):
+            os.unlink(link)
+
+
+def _symlink(target, path):
+    if os.path.islink(path) and os.readlink(path) == target:
+        return
+    tmp = "%s.new.%d" % (path, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.rename(tmp, path)
+
+
+def kmsg_record(seq, usec, text, level=6):
+    """One ``/dev/kmsg`` record (``<prio>,<seq>,<usec>,<flags>;<text>``, prio = facility kern (0) + level)."""
+    return "%d,%d,%d,-;%s\n" % (level, seq, usec, text)
+
+
+def xid_line(spec, event):
+    """The driver's Xid record: ``NVRM: Xid (PCI:0000:2a:00): 79, pid=..., name=..., <text>``
+    (the ``pid=``/``name=`` part only when the profile gives them, as older drivers omit it)."""
+    bdf = sysfs_bus_id(spec["pci_bus_id"])
+    who = ""
+    if event.get("pid") is not None:
+        who += "pid=%s, " % event["pid"]
+    if event.get("process"):
+        who += "name=%s, " % event["process"]
+    return "NVRM: Xid (PCI:%s): %d, %s%s" % (bdf.rsplit(".", 1)[0], event["xid"], who, event["text"])
+
+
+def write_kernel_log(cfg, driver_version, path=KMSG_FILE):
+    """The node's kernel log of this boot as ``/dev/kmsg`` records: the kernel banner, the
+    driver's load message when the nvidia module is loaded (``driver_version``, or None), then
+    the profile's Xid events (only with the driver loaded: the driver prints them). Written
+    once per boot (the file is on /run, so a reboot starts an empty log, like the ring buffer)."""
+    now = int(time.monotonic() * 1000000)
+    lines = [kmsg_record(0, 0, "Linux version %s (kubegpu.fleet lab node %s)" % (os.uname().release,
+                                                                                 cfg.get("node", "?")), 5)]
+    if driver_version:
+        lines.append(kmsg_record(1, max(now - 2000000, 1), "nvidia: loading out-of-tree module taints kernel.", 4))
+        lines.append(kmsg_record(2, max(now - 1000000, 2), "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  %s"
+                                 % driver_version))
+        gpus = cfg.get("gpus", [])
+        seq = 3
+        for event in cfg.get("xid", []):
+            for _i in range(event.get("count", 1)):
+                lines.append(kmsg_record(seq, now + seq, xid_line(gpus[event["gpu"]], event), 3))
+                seq += 1
+    write_atomic(path, "".join(lines), 0o600)
+    return lines

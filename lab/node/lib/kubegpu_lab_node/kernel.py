@@ -242,6 +242,7 @@ def write_proc(state, cfg=None):
     else:
         for name in ("nvidia", "nvidia-caps"):
             subprocess.call(["rm", "-rf", os.path.join(drv, name)])
+    hw.write_sysfs(cfg, "nvidia" in state["modules"])
     if "nvidia_uvm" in state["modules"]:
         os.makedirs(os.path.join(drv, "nvidia-uvm"), exist_ok=True)
     else:
@@ -520,6 +521,7 @@ def boot():
     if "nvidia" in state["modules"]:
         create_nodes(state, cfg)
     write_proc(state, cfg)
+    hw.write_kernel_log(cfg, (state["modules"].get("nvidia") or {}).get("version"))
     return log
 
 

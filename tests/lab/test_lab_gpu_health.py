@@ -1,0 +1,138 @@
+"""GPU hardware health on the lab (issue 16): the audit playbook against a control node and a
+node carrying every hardware fault of lab/profiles/gpu-health.yml, one per GPU:
+
+* GPU 0: a row marked for remapping (fake NVML ``health``) and Xid 63 in the kernel log;
+* GPU 1: a row remap failure;
+* GPU 2: on the node's PCI bus (the lab's sysfs tree) but not in the driver's list, and
+  Xid 79 "GPU has fallen off the bus." in the kernel log.
+
+Each finding must come out on the fault node, with the right GPU, through the real path
+(sysfs tree -> gpu_pci, fake NVML -> nvml_health, /dev/kmsg records -> gpu_xid, findings on the
+controller, the report), and none on the control node, whose tree and log the lab writes the
+same way.
+"""
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+from lab_fixture import lab_factory  # noqa: F401  pylint: disable=unused-import
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROFILE_FILE = os.path.join(REPO, "lab", "profiles", "gpu-health.yml")
+PLAYBOOK = os.path.join(REPO, "playbooks", "audit.yml")
+ENV = {"ANSIBLE_PIPELINING": "1", "ANSIBLE_TIMEOUT": "30", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
+PROBE_TASK = "kubegpu.fleet.audit : Run the node probes in one module run"
+HW_IDS = {"gpu.missing", "gpu.xid", "gpu.reset_required", "gpu.rma", "gpu.ecc_uncorrectable"}
+# the lab's bus ids for GPUs 0, 1, 2 (lab/kubegpu_lab/node.py gpu_specs)
+GPU0, GPU1, GPU2 = "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):  # noqa: F811
+    with open(PROFILE_FILE) as f:
+        profile = yaml.safe_load(f)
+    return lab_factory(profile, name="hwh%d" % (os.getpid() % 10000))
+
+
+@pytest.fixture(scope="module")
+def audit(lab, tmp_path_factory):
+    """One audit run over both nodes: (playbook result, report)."""
+    from lib.ansible_runner import AnsibleRunner, ensure_collection_tree  # tests/ is on sys.path (tests/conftest.py)
+    workdir = str(tmp_path_factory.mktemp("hwaudit"))
+    runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), workdir)
+    report_dir = os.path.join(workdir, "report")
+    env = dict(ENV, TMPDIR=workdir)
+    res = runner.playbook(PLAYBOOK, inventory=lab.inventory, env=env, timeout=900,
+                          extra_vars={"kubegpu_audit_report_dir": report_dir, "kubegpu_audit_formats": ["json"],
+                                      "kubegpu_audit_fail_on": "never"})
+    assert res.rc == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    paths = glob.glob(os.path.join(report_dir, "kubegpu-audit.json"))
+    assert paths, "no JSON report in %s: %s" % (report_dir, os.listdir(report_dir) if os.path.isdir(report_dir) else "-")
+    with open(paths[0]) as f:
+        return res, json.load(f)
+
+
+def node_findings(report, name):
+    nodes = [n for n in report["nodes"] if n["name"] == name]
+    assert len(nodes) == 1, [n["name"] for n in report["nodes"]]
+    assert nodes[0]["status"] == "audited", nodes[0]
+    return {f["id"]: f for f in nodes[0]["findings"]}
+
+
+def gpu_bus_ids(finding):
+    """The bus ids (sysfs form) of the GPUs a per-GPU finding names."""
+    out = set()
+    for gpu in finding["evidence"]["gpus"]:
+        domain, rest = gpu["bus_id"].split(":", 1)
+        out.add(("%04x:%s" % (int(domain, 16), rest)).lower())
+    return out
+
+
+def find_key(obj, key):
+    """The first value of ``key`` anywhere in a nested result."""
+    if isinstance(obj, dict):
+        if key in obj and isinstance(obj[key], dict):
+            return obj[key]
+        values = obj.values()
+    elif isinstance(obj, list):
+        values = obj
+    else:
+        return None
+    for v in values:
+        got = find_key(v, key)
+        if got is not None:
+            return got
+    return None
+
+
+def test_the_lab_node_has_its_own_pci_tree_and_kernel_log(lab):
+    """What the node shows: its GPUs on the lab's PCI tree (the missing one too, bound to
+    nvidia), the driver listing two of three, the Xid records in the kernel log file, and a
+    journal without kernel messages (nspawn gives the container no kernel log)."""
+    out = lab.ssh("hw-fault", "cd /run/kubegpu-lab/sys/bus/pci/devices && for d in *; do "
+                  "echo $d $(cat $d/vendor $d/device $d/class) $(basename $(readlink $d/driver 2>/dev/null) 2>/dev/null); "
+                  "done; echo ---; nvidia-smi -L; echo ---; cat /run/kubegpu-lab/kmsg; echo ---; "
+                  "journalctl -k -b -q --no-pager | wc -l; ls -l /dev/kmsg 2>&1 || true").stdout
+    bus, smi, kmsg, journal = out.split("---\n")
+    assert "%s 0x10de 0x2330 0x030200 nvidia" % GPU2 in bus, bus
+    assert "0000:00:00.0 0x8086" in bus, bus
+    assert len([line for line in smi.splitlines() if line.startswith("GPU ")]) == 2, smi
+    assert "NVRM: Xid (PCI:0000:3a:00): 79, pid=2761, name=python3, GPU has fallen off the bus." in kmsg, kmsg
+    assert "NVRM: Xid (PCI:0000:18:00): 63, pid=1896, Row Remapper: New row marked for remapping" in kmsg, kmsg
+    assert journal.splitlines()[0].strip() == "0", journal
+    print("journal kernel lines and /dev/kmsg in the node: %r" % journal)
+    control = lab.ssh("hw-control", "ls /run/kubegpu-lab/sys/bus/pci/devices; grep -c 'Xid' /run/kubegpu-lab/kmsg || true").stdout
+    assert control.split() == ["0000:00:00.0", "0000:18:00.0", "0000:2a:00.0", "0"], control
+
+
+def test_each_hardware_finding_on_the_fault_node(audit):
+    res, report = audit
+    found = node_findings(report, "hw-fault")
+    assert HW_IDS <= set(found), sorted(found)
+    text = {k: json.dumps(v) for k, v in found.items()}
+    assert GPU2 in text["gpu.missing"] and GPU0 not in text["gpu.missing"], text["gpu.missing"]
+    assert found["gpu.missing"]["severity"] == "critical"
+    assert GPU2 in text["gpu.xid"] and "79" in text["gpu.xid"] and "fallen off the bus" in text["gpu.xid"]
+    assert found["gpu.xid"]["severity"] == "critical", found["gpu.xid"]  # Xid 79: reboot
+    assert gpu_bus_ids(found["gpu.reset_required"]) == {GPU0}, text["gpu.reset_required"]
+    assert gpu_bus_ids(found["gpu.rma"]) == {GPU1}, text["gpu.rma"]
+    # GPU 0's volatile error (warning) and GPU 1's aggregate-only errors
+    assert gpu_bus_ids(found["gpu.ecc_uncorrectable"]) == {GPU0, GPU1}, text["gpu.ecc_uncorrectable"]
+    assert found["gpu.ecc_uncorrectable"]["severity"] == "warning", text["gpu.ecc_uncorrectable"]
+    # the Xids came from the lab's kernel log file: the journal held none
+    xid = find_key(res.task(PROBE_TASK, host="hw-fault"), "xid")
+    assert xid and xid["source"] == "kmsg", xid
+    assert [a["source"] for a in xid["attempts"]] == ["journal"], xid["attempts"]
+
+
+def test_no_hardware_finding_on_the_control_node(audit):
+    res, report = audit
+    found = node_findings(report, "hw-control")
+    assert not HW_IDS & set(found), {k: found[k] for k in HW_IDS & set(found)}
+    xid = find_key(res.task(PROBE_TASK, host="hw-control"), "xid")
+    assert xid and xid["source"] == "kmsg" and xid["events"] == 0, xid
+    presence = find_key(res.task(PROBE_TASK, host="hw-control"), "presence")
+    assert presence and presence.get("compared") is True and not presence.get("missing"), presence
