@@ -6,12 +6,15 @@ node carrying every hardware fault of lab/profiles/gpu-health.yml, one per GPU:
 * GPU 2: on the node's PCI bus (the lab's sysfs tree) but not in the driver's list, and
   Xid 79 "GPU has fallen off the bus." in the kernel log.
 
+Then the fault node reboots: the pending remap is applied (no gpu.reset_required, the volatile
+ECC count starts again), the kernel log of the new boot has no Xid, and the hardware faults a
+reboot does not fix (remap failure, the GPU off the bus) are still reported.
+
 Each finding must come out on the fault node, with the right GPU, through the real path
 (sysfs tree -> gpu_pci, fake NVML -> nvml_health, /dev/kmsg records -> gpu_xid, findings on the
 controller, the report), and none on the control node, whose tree and log the lab writes the
 same way.
 """
-import glob
 import json
 import os
 
@@ -37,11 +40,9 @@ def lab(lab_factory):  # noqa: F811
     return lab_factory(profile, name="hwh%d" % (os.getpid() % 10000))
 
 
-@pytest.fixture(scope="module")
-def audit(lab, tmp_path_factory):
-    """One audit run over both nodes: (playbook result, report)."""
+def run_audit(lab, workdir):
+    """The audit playbook over the lab: (playbook result, JSON report)."""
     from lib.ansible_runner import AnsibleRunner, ensure_collection_tree  # tests/ is on sys.path (tests/conftest.py)
-    workdir = str(tmp_path_factory.mktemp("hwaudit"))
     runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), workdir)
     report_dir = os.path.join(workdir, "report")
     env = dict(ENV, TMPDIR=workdir)
@@ -49,10 +50,16 @@ def audit(lab, tmp_path_factory):
                           extra_vars={"kubegpu_audit_report_dir": report_dir, "kubegpu_audit_formats": ["json"],
                                       "kubegpu_audit_fail_on": "never"})
     assert res.rc == 0, res.stdout[-4000:] + res.stderr[-2000:]
-    paths = glob.glob(os.path.join(report_dir, "kubegpu-audit.json"))
-    assert paths, "no JSON report in %s: %s" % (report_dir, os.listdir(report_dir) if os.path.isdir(report_dir) else "-")
-    with open(paths[0]) as f:
+    path = os.path.join(report_dir, "kubegpu-audit.json")
+    assert os.path.exists(path), "no JSON report in %s" % report_dir
+    with open(path) as f:
         return res, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def audit(lab, tmp_path_factory):
+    """One audit run over both nodes as booted."""
+    return run_audit(lab, str(tmp_path_factory.mktemp("hwaudit")))
 
 
 def node_findings(report, name):
@@ -136,3 +143,22 @@ def test_no_hardware_finding_on_the_control_node(audit):
     assert xid and xid["source"] == "kmsg" and xid["events"] == 0, xid
     presence = find_key(res.task(PROBE_TASK, host="hw-control"), "presence")
     assert presence and presence.get("compared") is True and not presence.get("missing"), presence
+
+
+def test_a_reboot_applies_the_pending_remap_and_leaves_the_hardware_faults(lab, audit, tmp_path):
+    """Runs last (it reboots the fault node): the before is the module's audit."""
+    _res, before = audit
+    assert "gpu.reset_required" in node_findings(before, "hw-fault")
+    old_boot = lab.lab.node("hw-fault").boot_id()
+    assert lab.lab.node("hw-fault").reboot() != old_boot
+    res, after = run_audit(lab, str(tmp_path))
+    found = node_findings(after, "hw-fault")
+    assert "gpu.reset_required" not in found, found.get("gpu.reset_required")
+    assert "gpu.xid" not in found, found.get("gpu.xid")
+    assert gpu_bus_ids(found["gpu.rma"]) == {GPU1}, found.get("gpu.rma")
+    assert GPU2 in json.dumps(found["gpu.missing"]), found.get("gpu.missing")
+    # only aggregate counts are left (GPU 0's 1 and GPU 1's 3): info, not warning
+    assert found["gpu.ecc_uncorrectable"]["severity"] == "info", found["gpu.ecc_uncorrectable"]
+    xid = find_key(res.task(PROBE_TASK, host="hw-fault"), "xid")
+    assert xid["source"] == "kmsg" and xid["events"] == 0, xid
+    assert not HW_IDS & set(node_findings(after, "hw-control"))

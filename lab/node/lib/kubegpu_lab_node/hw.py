@@ -15,6 +15,7 @@ written by :func:`write_kernel_log` into the node's kernel log file (/run/kubegp
 With the ``gpu_uuids_change_on_reboot`` fault every boot after the first gives the GPUs (and
 their MIG instances) new UUIDs, as after a board swap or on platforms that virtualise them.
 """
+import copy
 import os
 import time
 import uuid
@@ -89,8 +90,10 @@ def layout_instances(layout, existing=None):
 
 def new_state(cfg):
     gpus = []
-    for _gpu in cfg.get("gpus", []):
+    for spec in cfg.get("gpus", []):
         gpus.append({"uuid": "GPU-%s" % uuid.uuid4(), "mig_mode": "Disabled", "instances": []})
+        if spec.get("health") is not None:
+            gpus[-1]["health"] = copy.deepcopy(spec["health"])
     state = {"boots": 0, "uuid_generation": 1, "gpus": gpus}
     if cfg.get("mig_apply", "boot") == "boot":
         apply_layout(state, cfg)
@@ -111,6 +114,31 @@ def apply_layout(state, cfg):
     return state
 
 
+def reset_health(state):
+    """What a reboot (a GPU reset) does to a GPU's memory health, on the state that outlives it:
+    a row marked for remapping is remapped (``remapped_rows.pending`` -> false, its count stays,
+    as it does in NVML after the reset), pages pending retirement are retired
+    (``retired_pages.pending`` -> false), the volatile ECC counters (since the driver loaded)
+    start again at 0. A remap failure, the aggregate counters and the retired pages stay."""
+    for gpu in state["gpus"]:
+        health = gpu.get("health")
+        if not isinstance(health, dict):
+            continue
+        for key in ("remapped_rows", "retired_pages"):
+            if isinstance(health.get(key), dict) and health[key].get("pending"):
+                health[key]["pending"] = False
+        ecc = health.get("ecc")
+        if isinstance(ecc, dict):
+            for name in list(ecc):
+                if name.startswith("volatile_"):
+                    ecc[name] = 0
+            sram = ecc.get("sram")
+            if isinstance(sram, dict):
+                for name in list(sram):
+                    if name.startswith("volatile_"):
+                        sram[name] = 0
+
+
 def rotate_uuids(state):
     state["uuid_generation"] = state.get("uuid_generation", 1) + 1
     for gpu in state["gpus"]:
@@ -128,15 +156,18 @@ def save_state(state):
 
 
 def boot(cfg=None):
-    """Called once per boot (before the driver loads): count the boot, rotate UUIDs if the
-    fault says so, render the NVML scenario. Returns the state."""
+    """Called once per boot (before the driver loads): count the boot, reset the GPUs' memory
+    health as a reboot does (:func:`reset_health`), rotate UUIDs if the fault says so, render
+    the NVML scenario. Returns the state."""
     cfg = cfg or load_node_config()
     with locked(HW_STATE + ".lock"):
         state = load_state()
         if state is None:
             state = new_state(cfg)
-        elif cfg.get("faults", {}).get("gpu_uuids_change_on_reboot"):
-            rotate_uuids(state)
+        else:
+            reset_health(state)
+            if cfg.get("faults", {}).get("gpu_uuids_change_on_reboot"):
+                rotate_uuids(state)
         state["boots"] = state.get("boots", 0) + 1
         save_state(state)
         render_scenario(cfg, state)
@@ -177,8 +208,10 @@ def render_scenario(cfg, state):
                                     for i in gpu["instances"]]
         else:
             entry["mig_mode"] = "N/A"
-        if spec.get("health") is not None:
-            entry["health"] = spec["health"]
+        # the state's copy (what reboots did to it), else the profile's (a state from before)
+        health = gpu.get("health", spec.get("health"))
+        if health is not None:
+            entry["health"] = health
         gpus.append(entry)
     scenario = {"kernel_module_version_file": KMOD_VERSION_FILE, "gpus": gpus}
     scenario.update(cfg.get("nvml_extra", {}))
@@ -280,11 +313,12 @@ def xid_line(spec, event):
     return "NVRM: Xid (PCI:%s): %d, %s%s" % (bdf.rsplit(".", 1)[0], event["xid"], who, event["text"])
 
 
-def write_kernel_log(cfg, driver_version, path=KMSG_FILE):
+def write_kernel_log(cfg, driver_version, boot_number=1, path=KMSG_FILE):
     """The node's kernel log of this boot as ``/dev/kmsg`` records: the kernel banner, the
     driver's load message when the nvidia module is loaded (``driver_version``, or None), then
-    the profile's Xid events (only with the driver loaded: the driver prints them). Written
-    once per boot (the file is on /run, so a reboot starts an empty log, like the ring buffer)."""
+    the profile's Xid events: in the node's first boot only (they are what happened in the
+    boot the profile describes; a reboot starts an empty log, like the ring buffer; the file is
+    on /run) and only with the driver loaded (the driver prints them)."""
     now = int(time.monotonic() * 1000000)
     lines = [kmsg_record(0, 0, "Linux version %s (kubegpu.fleet lab node %s)" % (os.uname().release,
                                                                                  cfg.get("node", "?")), 5)]
@@ -294,7 +328,7 @@ def write_kernel_log(cfg, driver_version, path=KMSG_FILE):
                                  % driver_version))
         gpus = cfg.get("gpus", [])
         seq = 3
-        for event in cfg.get("xid", []):
+        for event in (cfg.get("xid", []) if boot_number == 1 else []):
             for _i in range(event.get("count", 1)):
                 lines.append(kmsg_record(seq, now + seq, xid_line(gpus[event["gpu"]], event), 3))
                 seq += 1

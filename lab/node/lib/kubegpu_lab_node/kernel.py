@@ -521,7 +521,8 @@ def boot():
     if "nvidia" in state["modules"]:
         create_nodes(state, cfg)
     write_proc(state, cfg)
-    hw.write_kernel_log(cfg, (state["modules"].get("nvidia") or {}).get("version"))
+    hw.write_kernel_log(cfg, (state["modules"].get("nvidia") or {}).get("version"),
+                        (hw.load_state() or {}).get("boots", 1))
     return log
 
 
