@@ -30,16 +30,20 @@ def installed(tmp_path_factory):
     listing = run(["tar", "-tzf", tarball[0]]).stdout.split()
     cols = tmp_path_factory.mktemp("collections")
     assert os.listdir(str(cols)) == []
-    run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p",
-         str(cols), tarball[0]])
     home = tmp_path_factory.mktemp("home")
     env = dict(os.environ)
     for k in [k for k in env if k.startswith("ANSIBLE_")]:
         del env[k]
     # Only the installed artifact (plus kubernetes.core/ansible.posix, which the `ansible`
-    # package provides on sys.path as Galaxy would as dependencies): never the live checkout.
+    # package provides on sys.path as Galaxy would as dependencies): never the live checkout,
+    # which the test run's own ANSIBLE_COLLECTIONS_PATH points at (ansible-galaxy would find it
+    # "already installed" there and install nothing).
     env.update(ANSIBLE_COLLECTIONS_PATH=str(cols), HOME=str(home),
                ANSIBLE_LOCAL_TEMP=str(home / "tmp"), ANSIBLE_PYTHON_INTERPRETER=sys.executable)
+    run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "-p",
+         str(cols), tarball[0]], env=env)
+    assert os.path.isfile(os.path.join(str(cols), "ansible_collections", "kubegpu", "fleet",
+                                       "MANIFEST.json"))
     return tarball[0], listing, env, str(cols)
 
 
@@ -60,6 +64,9 @@ def test_artifact_leaves_out_the_development_tools(installed):
     assert not [p for p in listing if p.startswith(unwanted)]
     for name in ("Makefile", "requirements-dev.txt", "playbooks/lab_demo.yml"):
         assert name not in listing
+    # What the execution environment build reads (meta/execution-environment.yml) ships.
+    for name in ("bindep.txt", "requirements.txt", "meta/execution-environment.yml"):
+        assert name in listing, name
     assert not [p for p in listing if "__pycache__" in p or p.endswith(".pyc")]
 
 
