@@ -15,8 +15,10 @@ Each finding must come out on the fault node, with the right GPU, through the re
 controller, the report), and none on the control node, whose tree and log the lab writes the
 same way.
 """
+import copy
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -29,6 +31,11 @@ PLAYBOOK = os.path.join(REPO, "playbooks", "audit.yml")
 ENV = {"ANSIBLE_PIPELINING": "1", "ANSIBLE_TIMEOUT": "30", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
 PROBE_TASK = "kubegpu.fleet.audit : Run the node probes in one module run"
 HW_IDS = {"gpu.missing", "gpu.xid", "gpu.reset_required", "gpu.rma", "gpu.ecc_uncorrectable"}
+sys.path.insert(0, os.path.join(REPO, "lab"))
+sys.path.insert(0, os.path.join(REPO, "lab", "node", "lib"))
+from kubegpu_lab import node as lab_node, profiles  # noqa: E402  pylint: disable=wrong-import-position
+from kubegpu_lab.util import LabError  # noqa: E402  pylint: disable=wrong-import-position
+from kubegpu_lab_node import hw  # noqa: E402  pylint: disable=wrong-import-position
 # the lab's bus ids for GPUs 0, 1, 2 (lab/kubegpu_lab/node.py gpu_specs)
 GPU0, GPU1, GPU2 = "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"
 
@@ -39,6 +46,52 @@ def lab(lab_factory):  # noqa: F811
         profile = yaml.safe_load(f)
     return lab_factory(profile, name="hwh%d" % (os.getpid() % 10000))
 
+
+# ---------------------------------------------------------------- without a lab (no root needed)
+
+def fault_node_config():
+    doc = profiles.load_profile(PROFILE_FILE)
+    spec = [n for n in doc["nodes"] if n["name"] == "hw-fault"][0]
+    return {"node": "hw-fault", "gpus": lab_node.gpu_specs(spec), "xid": spec["xid_events"]}
+
+
+@pytest.mark.parametrize("gpus, message", [
+    ({"count": 2, "missing": [2]}, "gpus.missing names GPU 2 but the node has 2 GPUs"),
+    ({"count": 2, "health": {"x": {}}}, "gpus.health names GPU 'x', not a GPU index"),
+    ({"count": 2, "health": {0: "bad"}}, "gpus.health of GPU 0 must be a mapping"),
+    ({"count": 2, "xid": [{"gpu": 0, "xid": 31}]}, "Xid 31 has no built-in message: give the entry a text"),
+    ({"count": 2, "xid": [{"gpu": 0}]}, "a gpus.xid entry needs gpu (an index) and xid (a number)"),
+])
+def test_profile_hardware_keys_are_validated(gpus, message):
+    doc = {"nodes": [{"name": "n", "gpus": gpus}]}
+    with pytest.raises(LabError) as err:
+        profiles.expand(copy.deepcopy(doc))
+    assert message in str(err.value)
+
+
+def test_kernel_log_records_and_the_second_boot(tmp_path):
+    cfg = fault_node_config()
+    path = str(tmp_path / "kmsg")
+    first = hw.write_kernel_log(cfg, "570.172.08", 1, path=path)
+    assert [r.split(";", 1)[1].strip() for r in first if "Xid" in r] == [
+        "NVRM: Xid (PCI:0000:18:00): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.",
+        "NVRM: Xid (PCI:0000:3a:00): 79, pid=2761, name=python3, GPU has fallen off the bus."]
+    assert all(r.startswith("3,") for r in first if "Xid" in r)
+    assert not [r for r in hw.write_kernel_log(cfg, "570.172.08", 2, path=path) if "Xid" in r]
+    assert not [r for r in hw.write_kernel_log(cfg, None, 1, path=path) if "Xid" in r]  # no driver, no Xid
+
+
+def test_reset_health_applies_pending_work_only():
+    state = hw.new_state(dict(fault_node_config(), mig_apply="never"))
+    hw.reset_health(state)
+    gpu0, gpu1 = state["gpus"][0]["health"], state["gpus"][1]["health"]
+    assert gpu0["remapped_rows"] == {"correctable": 0, "uncorrectable": 1, "pending": False, "failure": False}
+    assert gpu0["ecc"] == {"volatile_uncorrectable": 0, "aggregate_uncorrectable": 1}
+    assert gpu1["remapped_rows"]["failure"] is True and gpu1["ecc"]["aggregate_uncorrectable"] == 3
+    assert "health" not in state["gpus"][2]
+
+
+# ---------------------------------------------------------------- on a lab
 
 def run_audit(lab, workdir):
     """The audit playbook over the lab: (playbook result, JSON report)."""
