@@ -224,6 +224,7 @@ XID_MESSAGES = {
     63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
 }
 
+
 def _gpu_index(value, node, where, key):
     count = node["gpus"]["count"]
     try:
