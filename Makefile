@@ -100,7 +100,7 @@ molecule: deps tree
 
 test: deps sanity units modules lint integration molecule
 
-# Boots the six-node lab (one node per seed failure mode plus a healthy one; needs root),
+# Boots the seven-node lab (one node per seed failure mode, a GPU hardware fault and a healthy one; needs root),
 # audits it, remediates it and prints the before/after reports. The lab stays up: `make demo-down` removes it.
 demo: deps tree
 	KUBEGPU_REMEDIATE_REPORT_DIR=$(CURDIR)/kubegpu-remediate $(BIN)/ansible-playbook playbooks/lab_demo.yml

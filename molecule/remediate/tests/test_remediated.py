@@ -121,7 +121,7 @@ def test_final_audit_is_clean(host):
     with open(os.path.join(STATE, "reports", "after", "kubegpu-audit.json")) as fh:
         report = json.load(fh)
     found = {n["name"]: [f["id"] for f in n["findings"]] for n in report["nodes"]}
-    assert report["summary"]["nodes_audited"] == 6
+    assert report["summary"]["nodes_audited"] == 7
     assert all(not ids for ids in found.values()), found
     # (reports/before is rewritten by the idempotence run, which found nothing to fix)
 
@@ -250,6 +250,19 @@ def _bytes(q):
         if q.endswith(u):
             return int(q[:-2]) * m
     return int(q)
+
+
+def test_row_remap_node_was_drained_rebooted_and_remapped(host, history):
+    if seed_of(host) != "row-remap-pending":
+        pytest.skip("row remap node only")
+    node = node_of(host)
+    # Drained in its batch: the node was among the unavailable ones at some point.
+    assert any(node in (e.get("unavailable_gpu_nodes") or []) for e in history)
+    # The reboot (a GPU reset) applied the pending remap: NVML no longer reports it pending, and
+    # the Xid 63 of the boot before is not in this boot's kernel log.
+    xml = host.check_output("nvidia-smi -q -x")
+    assert "<remapped_row_pending>No</remapped_row_pending>" in xml, xml[-2000:]
+    assert "Xid" not in host.run("cat /run/kubegpu-lab/kmsg 2>/dev/null").stdout
 
 
 def test_no_node_left_with_a_reboot_sentinel(host):
