@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
@@ -50,8 +51,11 @@ class ActionModule(ActionBase):
         if args["state"] != "patched" and (args["unschedulable"] is not None or args["annotations"]):
             result.update(failed=True, msg="unschedulable and annotations need state=patched (state=%s)" % args["state"])
             return
-        if args["timeout"] < 0 or args["poll"] <= 0:
-            result.update(failed=True, msg="timeout must be >= 0 and poll > 0 (got %s, %s)" % (args["timeout"], args["poll"]))
+        try:  # nan, inf and 1e300 would make every wait endless
+            args["timeout"] = check_timeout(args["timeout"], "timeout")
+            args["poll"] = check_timeout(args["poll"], "poll", minimum=0.001, maximum=3600)
+        except UnsafeInput as exc:
+            result.update(failed=True, msg=str(exc))
             return
         api = None
         try:

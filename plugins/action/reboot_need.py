@@ -11,6 +11,7 @@ import posixpath
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import args_with_catalog, redact_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need
 
@@ -39,7 +40,8 @@ def split_find(files, boot_path, sentinels):
     kernels, found, inodes = [], [], set()
     for item in files or []:
         path = posixpath.normpath(str(item.get("path") or ""))
-        if posixpath.dirname(path) == boot and posixpath.basename(path).startswith("vmlinuz-"):
+        if posixpath.dirname(path) == boot and posixpath.basename(path).startswith("vmlinuz-") \
+                and item.get("isreg"):  # a FIFO, directory or (dangling, looping) link is no kernel image
             kernels.append({"path": path, "islnk": bool(item.get("islnk"))})
     by_path = dict((posixpath.normpath(str(i.get("path") or "")), i) for i in files or [])
     for path in wanted:
@@ -88,6 +90,11 @@ class ActionModule(ActionBase):
             return result
         sentinels = [posixpath.normpath(p) for p in args["sentinels"]]
 
+        try:
+            args["timeout"] = check_timeout(args["timeout"], "timeout")
+        except UnsafeInput as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
         found = self._execute_module(module_name="ansible.builtin.find", task_vars=task_vars,
                                      module_args=find_args(args["boot_path"], sentinels))
         if found.get("failed"):
@@ -99,8 +106,17 @@ class ActionModule(ActionBase):
         running = None
         if args["check_kernel"]:
             osrelease = posixpath.join(args["proc_path"], "sys/kernel/osrelease")
+            # slurp opens whatever is there: a FIFO would block it, a huge file be read whole.
+            st = self._execute_module(module_name="ansible.builtin.stat", task_vars=task_vars,
+                                      module_args={"path": osrelease, "get_checksum": False,
+                                                   "get_mime": False, "get_attributes": False})
+            st = st.get("stat") or {}
+            if st.get("exists") and (not st.get("isreg") or st.get("size", 0) > 4096):
+                result.update(failed=True, msg="%s is not the kernel's release file (%s)" % (
+                    osrelease, "%d bytes" % st.get("size", 0) if st.get("isreg") else "not a regular file"))
+                return result
             slurp = self._execute_module(module_name="ansible.builtin.slurp", task_vars=task_vars,
-                                         module_args={"src": osrelease})
+                                         module_args={"src": osrelease}) if st.get("exists") else {"failed": True}
             if not slurp.get("failed"):
                 running = to_native(base64.b64decode(slurp.get("content") or "")).strip() or None
 

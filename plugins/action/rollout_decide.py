@@ -9,6 +9,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
 
 DECISIONS = ("start", "drain", "validation", "uncordon", "failure")
@@ -50,6 +51,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
+        try:
+            args["timeout"] = check_timeout(args["timeout"], "timeout")
+        except UnsafeInput as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
         try:
             out, facts, failed = getattr(self, "_" + args["decision"])(args, time.time())
         except rollout.RolloutError as exc:

@@ -10,6 +10,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import args_with_catalog, redact_catalog
 
 
@@ -51,9 +52,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
-        if args["timeout"] < 0 or args["poll"] <= 0:
-            result.update(failed=True, msg="timeout must be >= 0 and poll > 0 (got %s, %s)"
-                          % (args["timeout"], args["poll"]))
+        try:  # nan, inf and 1e300 would make the wait endless
+            args["timeout"] = check_timeout(args["timeout"], "timeout")
+            args["poll"] = check_timeout(args["poll"], "poll", minimum=0.001, maximum=3600)
+        except UnsafeInput as exc:
+            result.update(failed=True, msg=str(exc))
             return result
         started = time.monotonic()
         deadline = started + args["timeout"]

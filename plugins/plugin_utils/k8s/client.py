@@ -28,8 +28,10 @@ must mask (``ansible.module_utils.common.parameters.remove_values``) in anything
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import warnings
 
 from urllib.parse import urlencode
@@ -135,10 +137,40 @@ def _describe_kubeconfig(kubeconfig, context):
     return what + (" (context %s)" % context if context else "")
 
 
+KUBECONFIG_MAX_BYTES = 16 << 20
+
+
+def _check_kubeconfig_files(kubeconfig):
+    """Every existing file of a (``:``-joined) kubeconfig path is a regular file of sane size.
+
+    The client's loader opens them with a plain open(): a FIFO there would block the task forever
+    and a huge file would be read whole. stat() follows links without opening anything.
+    """
+    for path in str(kubeconfig).split(os.pathsep):
+        if not path:
+            continue
+        path = os.path.expanduser(path)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                continue  # the loader names missing files itself
+            raise K8sError("cannot load the kubeconfig %s: %s" % (path, exc.strerror or exc))
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) \
+                else "not a regular file"
+            raise K8sError("cannot load the kubeconfig %s: it is %s" % (path, kind))
+        if st.st_size > KUBECONFIG_MAX_BYTES:
+            raise K8sError("cannot load the kubeconfig %s: %d bytes, more than the %d a kubeconfig may have"
+                           % (path, st.st_size, KUBECONFIG_MAX_BYTES))
+
+
 def _load_kubeconfig(config, kubeconfig, context):
     """Load a kubeconfig file (or ``:``-joined files, or a dict) into ``config``; K8sError on failure."""
     from kubernetes import config as kconfig  # pylint: disable=import-outside-toplevel
 
+    if not isinstance(kubeconfig, dict):
+        _check_kubeconfig_files(kubeconfig)
     try:
         if isinstance(kubeconfig, dict):
             kconfig.load_kube_config_from_dict(config_dict=kubeconfig, context=context, client_configuration=config,
