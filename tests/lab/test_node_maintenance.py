@@ -152,7 +152,7 @@ def test_bad_input_fails_with_a_message(ansible, tmp_path, api_double_factory):
          "register": "nokube", "ignore_errors": True}])
     assert "not strings: kubegpu.io/maintenance" in res.task("number")["msg"]
     assert "need state=patched" in res.task("mixed")["msg"]
-    assert "poll > 0" in res.task("poll")["msg"]
+    assert "poll must be between 0.001 and 3600 seconds, got 0.0" in res.task("poll")["msg"]
     assert "cannot load the kubeconfig" in res.task("nokube")["msg"]
     assert all("Traceback" not in (res.task(n).get("msg") or "") for n in ("number", "mixed", "poll", "nokube"))
     assert node_patches(proc, "gpu-0") == []

@@ -99,8 +99,10 @@ class AnsibleRunner(object):
         if extra_vars:
             cmd += ["-e", json.dumps(extra_vars)]
         cmd += list(args)
+        # stdin from /dev/null: never the runner's own (ansible refuses a non-blocking stdin, and one
+        # killed run could leave a shared one so for every later run of the same worker).
         proc = subprocess.run(cmd, cwd=self.workdir, env=self.env(env), timeout=timeout, check=False,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True)
         try:
             start = proc.stdout.index("{")
