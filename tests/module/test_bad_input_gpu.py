@@ -27,6 +27,8 @@ import stat
 
 import pytest
 
+from lib.procs import alive
+
 HARNESS_ENV = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
 # Safety net only: far above what the modules' own deadlines allow on a loaded machine.
 PLAY_TIMEOUT = 1200
@@ -171,16 +173,6 @@ def run_cases(ansible, module, cases, env=None):
         assert_clean(cid, r)
         out[cid] = r
     return out
-
-
-def alive(pid):
-    """True when ``pid`` is a live (not zombie) process."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except (IOError, OSError):
-        return False
-    return data[data.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def gpu_node(base, smi=None):

@@ -11,21 +11,14 @@ import time
 
 import pytest
 
+from lib.procs import alive
+
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import (
     mig_profile_from_attributes, mig_profile_from_name, run_in_child, session_members)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))
 COLLECTIONS = os.path.join(REPO, ".build", "collections")
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except (IOError, OSError):
-        return False
-    return data[data.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def test_child_result_comes_back():
@@ -86,8 +79,8 @@ def test_hung_child_is_killed_with_its_grandchildren():
     assert out.reaped is True
     assert out.leftovers == []
     grandchild = int(out.stage.split()[-1])
-    assert not _alive(grandchild)
-    assert not _alive(out.pid)
+    assert not alive(grandchild)
+    assert not alive(out.pid)
 
 
 def test_large_result_is_not_truncated():
@@ -207,7 +200,7 @@ def test_what_a_probe_daemonises_is_killed_with_it(tmp_path):
     with open(pidfile) as f:
         pid = int(f.read())
     assert out.leftovers == []
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_what_a_hung_probe_daemonised_is_killed_too(tmp_path):
@@ -224,4 +217,4 @@ def test_what_a_hung_probe_daemonised_is_killed_too(tmp_path):
     with open(pidfile) as f:
         pid = int(f.read())
     assert out.leftovers == []
-    assert not _alive(pid)
+    assert not alive(pid)

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from lib.procs import alive
+
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import (
     CommandTimeout, UnsafeInput, check_package_name, check_path, check_timeout, check_unit_name,
@@ -148,7 +150,7 @@ def test_command_deadline_kills_the_whole_group(tmp_path):
     with pytest.raises(CommandTimeout, match="did not finish within 0.5s"):
         run_command([sys.executable, "-c", script], 0.5)
     child = int((tmp_path / "child.pid").read_text())
-    assert not _alive(child)
+    assert not alive(child)
 
 
 def test_daemonised_grandchild_does_not_outlive_the_command(tmp_path):
@@ -171,7 +173,7 @@ def test_daemonised_grandchild_does_not_outlive_the_command(tmp_path):
     r = run_command([sys.executable, "-c", script], 60)
     assert r.rc == 0 and r.stdout == b"daemon started\n"
     daemon = int((tmp_path / "d.pid").read_text())
-    assert not _alive(daemon)
+    assert not alive(daemon)
 
 
 def test_output_bound_kills_the_command():
@@ -186,16 +188,6 @@ def test_bad_argv_and_missing_binary():
         run_command(["true"], 1e300)
     with pytest.raises(OSError):
         run_command(["/nonexistent/nvidia-smi"], 5)
-
-
-def _alive(pid):
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except (IOError, OSError):
-        return False
-    return data[data.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def test_module_exports():
