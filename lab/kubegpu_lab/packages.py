@@ -17,6 +17,8 @@ nvidia-dkms-B                  the kernel modules; postinst installs them for th
 nvidia-driver-B                metapackage: Depends the five above at (= V) except
                                compute-utils, which it only Recommends (unversioned)
 nvidia-modprobe                nvidia-modprobe at V
+nvidia-fabricmanager-B         nv-fabricmanager + nvidia-fabricmanager.service at V (see
+                               build_fabricmanager: no dependency on the driver packages)
 =============================  ================================================================
 
 Because the metapackage only Recommends compute-utils, ``apt-get install nvidia-driver-570=V2``
@@ -69,7 +71,7 @@ def _inputs_hash():
         for dirpath, dirnames, files in os.walk(top):
             dirnames[:] = sorted(d for d in dirnames if d not in ("build", "__pycache__"))
             for name in sorted(files):
-                if name.endswith((".c", ".h", ".sh", ".yml", ".toml", ".rules")) or "." not in name:
+                if name.endswith((".c", ".h", ".sh", ".yml", ".toml", ".rules", ".service", ".cfg")) or "." not in name:
                     path = os.path.join(dirpath, name)
                     h.update(os.path.relpath(path, REPO_ROOT).encode() + b"\0")
                     with open(path, "rb") as f:
@@ -103,6 +105,7 @@ def ensure_repo(cache, rebuild=False):
         try:
             for version in cat["driver_versions"]:
                 build_driver(version, cat, work, tmp)
+                build_fabricmanager(version, cat, work, tmp)
             for version in cat["container_toolkit_versions"]:
                 build_toolkit(version, cat, work, tmp)
         finally:
@@ -244,6 +247,33 @@ def build_driver(version, cat, work, out):
                          Section="non-free/utils",
                          Description=_desc("utility to load NVIDIA kernel modules and create device nodes")),
          {"/usr/bin/nvidia-modprobe": (_read_src("nvidia-modprobe", version), 0o755, None)})
+
+
+def build_fabricmanager(version, cat, work, out):
+    """nvidia-fabricmanager-B at V, shaped like NVIDIA's own packaging of fabric manager
+    (NVIDIA/yum-packaging-fabric-manager: one service package per branch, Provides/Conflicts a
+    branch-neutral name, no dependency on the driver packages - the CUDA repository ties FM to
+    the driver only through the cuda-drivers-fabricmanager-B metapackage). So, as in the field,
+    a fabric manager of another version than the driver can be installed: the daemon then
+    refuses to start. Canonical's archive packages add ``Depends: nvidia-kernel-common-B-server
+    (= V)`` (Launchpad #2129682); the lab does not model that (docs/lab.md, "Fake packages")."""
+    branch = version.split(".")[0]
+    dv = deb_version(version, cat)
+    name = "nvidia-fabricmanager-%s" % branch
+
+    def src(fname):
+        return _read_src(fname, version).replace("@BRANCH@", branch)
+
+    _deb(out, work, dict(Package=name, Source="fabric-manager-%s" % branch, Version=dv,
+                         Provides="nvidia-fabricmanager", Conflicts="nvidia-fabricmanager",
+                         Replaces="nvidia-fabricmanager", Section="non-free/utils",
+                         Description=_desc("Fabric Manager for NVSwitch based systems (%s)" % version)),
+         {"/usr/bin/nv-fabricmanager": (src("nv-fabricmanager"), 0o755, None),
+          "/lib/systemd/system/nvidia-fabricmanager.service":
+          (src("nvidia-fabricmanager.service"), 0o644, None),
+          "/usr/share/nvidia/nvswitch/fabricmanager.cfg": (src("fabricmanager.cfg"), 0o644, None)},
+         scripts={"postinst": src("fabricmanager-postinst"), "prerm": src("fabricmanager-prerm")},
+         conffiles=["/usr/share/nvidia/nvswitch/fabricmanager.cfg"])
 
 
 def build_toolkit(version, cat, work, out):

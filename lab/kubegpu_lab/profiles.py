@@ -28,7 +28,7 @@ BUILTIN_DEFAULTS = {
     "memory": "62Gi",
     "cpus": 32,
     "driver": {"version": "570.172.08", "compute_utils": "same", "container_toolkit": "1.17.8",
-               "modprobe": True},
+               "modprobe": True, "fabric_manager": None},
     "uvm": "boot",
     "dev_char_symlinks": True,
     "runtime": {"nvidia_hook": True},
@@ -204,6 +204,10 @@ def validate_node(node, where):
     if cu not in ("same", "none") and not re.match(r"^\d+\.\d+(\.\d+)?$", str(cu)):
         raise LabError("%s: node %s: driver.compute_utils must be same, none or a version, not %r"
                        % (where, name, cu))
+    fm = d.get("fabric_manager")
+    if fm not in (None, False, "same") and not re.match(r"^\d+\.\d+(\.\d+)?$", str(fm)):
+        raise LabError("%s: node %s: driver.fabric_manager must be null, same or a driver version, not %r"
+                       % (where, name, fm))
     kcfg = node["kubelet"].get("config")
     if not isinstance(kcfg, dict):
         raise LabError("%s: node %s: kubelet.config must be a mapping" % (where, name))
@@ -307,6 +311,15 @@ def packages_for(node, catalog_versions):
             out.append("nvidia-compute-utils-%s=%s" % (branch, deb_version(cu)))
         if d.get("modprobe", True):
             out.append("nvidia-modprobe=%s" % dv)
+    fm = d.get("fabric_manager")
+    if fm:
+        # nvidia-fabricmanager-B at the driver's version ("same") or at another one (a node
+        # whose fabric manager does not match its driver: the daemon refuses to start)
+        fm = version if fm == "same" else str(fm)
+        if not fm or fm not in catalog_versions["driver_versions"]:
+            raise LabError("node %s: fabric_manager %s is not a driver version of lab/packages/catalog.yml"
+                           % (node["name"], fm or "same (the node has no driver)"))
+        out.append("nvidia-fabricmanager-%s=%s" % (fm.split(".")[0], deb_version(fm)))
     tk = d.get("container_toolkit")
     if tk:
         if tk not in catalog_versions["container_toolkit_versions"]:
