@@ -14,6 +14,35 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
 
 
+def read_gpu_operator(client):
+    """Deployments of every namespace and the ClusterPolicies (nvidia.com/v1, cluster-scoped).
+
+    A 404 on the ClusterPolicy list means the CRD is not installed: no GPU Operator, not an error.
+    A 403 (RBAC) on either read leaves that part unknown and says so; other errors fail the task.
+    Returns ``({deployments, cluster_policies, cluster_policy_crd}, calls, notes)``.
+    """
+    notes = []
+    out = {"deployments": [], "cluster_policies": [], "cluster_policy_crd": None}
+    try:
+        out["deployments"] = service.list_items(client, "apps/v1", "deployments", what="list Deployments")
+    except k8s_client.K8sError as exc:
+        if exc.status != 403:
+            raise
+        notes.append("Deployments not readable (403): the GPU Operator version is unknown")
+    try:
+        out["cluster_policies"] = service.list_items(client, "nvidia.com/v1", "clusterpolicies",
+                                                     what="list ClusterPolicies")
+        out["cluster_policy_crd"] = True
+    except k8s_client.K8sError as exc:
+        if exc.status == 404:
+            out["cluster_policy_crd"] = False
+        elif exc.status == 403:
+            notes.append("ClusterPolicies not readable (403): the GPU Operator settings are unknown")
+        else:
+            raise
+    return out, 2, notes
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -24,6 +53,8 @@ class ActionModule(ActionBase):
         "pods": {"type": "list", "elements": "dict", "default": []},
         "daemonsets": {"type": "list", "elements": "dict", "default": []},
         "events": {"type": "list", "elements": "dict", "default": []},
+        "deployments": {"type": "list", "elements": "dict", "default": []},
+        "cluster_policies": {"type": "list", "elements": "dict"},
         "device_plugin_image_pattern": {"type": "str", "default": "k8s-device-plugin"},
     }
     ARGSPEC.update(k8s_client.AUTH_ARG_SPEC)
@@ -32,13 +63,19 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
         with k8s_action.masked(result, args) as secrets:
-            objects = {k: args[k] for k in ("nodes", "pods", "daemonsets", "events")}
+            objects = {k: args[k] for k in ("nodes", "pods", "daemonsets", "events", "deployments")}
+            objects["cluster_policies"] = args["cluster_policies"] or []
+            # Given k8s_info results: ClusterPolicies passed prove the CRD; none passed proves nothing.
+            objects["cluster_policy_crd"] = True if args["cluster_policies"] else None
+            notes = []
             if args["nodes"] is None:
                 client = None
                 try:
                     client = k8s_client.connect(args, environ=k8s_action.task_environ(self._task, self._templar))
                     objects = service.read_cluster(client)
-                    result["api_calls"] = objects["calls"]
+                    extra, calls, notes = read_gpu_operator(client)
+                    objects.update(extra)
+                    result["api_calls"] = objects["calls"] + calls
                 except k8s_client.K8sError as exc:
                     result.update(failed=True, changed=False, msg=str(exc))
                     return result
@@ -46,6 +83,9 @@ class ActionModule(ActionBase):
                     if client is not None:
                         secrets.extend(client.secrets)
             view = cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"],
-                                image_pattern=args["device_plugin_image_pattern"])
+                                image_pattern=args["device_plugin_image_pattern"],
+                                deployments=objects["deployments"], cluster_policies=objects["cluster_policies"],
+                                cluster_policy_crd=objects["cluster_policy_crd"])
+            view["notes"] = notes
             result.update(changed=False, cluster=view, cluster_findings=evaluate_cluster(view["device_plugin_daemonsets"]))
         return result

@@ -14,8 +14,14 @@ description:
     state, pods bound to the node that are Pending and whether any kubelet event exists for
     them, the device plugin pod's image and C(PASS_DEVICE_SPECS) - plus cluster-wide findings.
   - Without O(nodes) it reads the Kubernetes API itself, in the controller's task worker - Nodes,
-    Pods and DaemonSets of every namespace (one list call each) and the events of each pod bound
-    to a node but still Pending. The connection options and their C(K8S_AUTH_*) environment
+    Pods, DaemonSets and Deployments of every namespace and the GPU Operator's ClusterPolicies (one
+    list call each) and the events of each pod bound to a node but still Pending. A ClusterPolicy
+    list answered 404 (no CRD) means no GPU Operator; a 403 on Deployments or ClusterPolicies leaves
+    the operator facts unknown and is noted in C(cluster.notes).
+  - Each node's view has C(components), the NVIDIA stack seen from the API - C(device-plugin)
+    (version, image, C(mig_strategy), C(device_list_strategy)), C(mig-manager) (version, image) and
+    C(gpu-operator) (version, C(cdi_enabled), C(mig_strategy), C(driver_enabled)) - a key only for
+    what runs on or manages the node; the audit evaluates them against the known-bad catalog. The connection options and their C(K8S_AUTH_*) environment
     variables are those of C(kubernetes.core) and are resolved the same way, so
     C(module_defaults) for C(group/kubegpu.fleet.k8s) and C(group/kubernetes.core.k8s) configure
     it and C(kubernetes.core) tasks alike.
@@ -47,6 +53,18 @@ options:
     type: list
     elements: dict
     default: []
+  deployments:
+    description:
+      - Deployment objects, any namespace; the one running the C(gpu-operator) image is the GPU Operator.
+    type: list
+    elements: dict
+    default: []
+  cluster_policies:
+    description:
+      - ClusterPolicy objects (C(nvidia.com/v1)) of the GPU Operator; their C(cdi), C(mig), C(driver)
+        and component versions are read.
+    type: list
+    elements: dict
   device_plugin_image_pattern:
     description: Substring of the container image that identifies the NVIDIA device plugin.
     type: str
@@ -78,6 +96,14 @@ cluster:
       a C(spec.nodeName) that is not a string, a DaemonSet or event that is not an object); each node's view
       has its own C(malformed) list for fields of the wrong type in its Node object and the pods bound to it.
       Malformed objects never fail the task; what could be read is still used.
+    - Each node's C(components) is described above; versions are image tags in the catalog's version
+      text (C(v0.17.2) -> C(0.17.2)); an image without a tag or with only a digest gives version null
+      with the image kept. Unset device plugin options are the plugin's defaults (C(none), C([envvar])),
+      or null when a config file may set them.
+    - C(components) (cluster level) maps each component to C(nodes) (how many run it) and C(versions)
+      (version, nodes, node_names, images); C(gpu_operator) lists the operator C(deployments), the
+      C(cluster_policies), the C(cluster_policy) in effect and C(cluster_policy_crd) (false - the CRD is
+      not served).
   returned: always
   type: dict
 api_calls:

@@ -8,8 +8,22 @@ Input is what ``kubernetes.core.k8s_info`` returns (``resources`` lists of plain
 from __future__ import annotations
 
 import datetime
+import re
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"
+
+# NVIDIA device plugin options (docs/customizing.md of NVIDIA/k8s-device-plugin): a command-line
+# flag wins over its environment variable, which wins over the config file; the defaults apply
+# when none is given. DEVICE_LIST_STRATEGY takes a comma-separated list since v0.15.
+DEVICE_PLUGIN_OPTIONS = {
+    "mig_strategy": ("--mig-strategy", "MIG_STRATEGY", "none"),
+    "device_list_strategy": ("--device-list-strategy", "DEVICE_LIST_STRATEGY", "envvar"),
+}
+MIG_MANAGER_IMAGE = "k8s-mig-manager"
+GPU_OPERATOR_IMAGE = "gpu-operator"   # the last path component of the operator image, exactly
+CLUSTER_POLICY_KIND = "ClusterPolicy"
 
 
 def parse_time(value):
@@ -93,6 +107,19 @@ def shape_problems(obj, kind):
         for i, c in enumerate(_l(status.get("conditions"))):
             if not isinstance(c, dict):
                 problems.append("status.conditions[%d] is %s, expected an object" % (i, json_kind(c)))
+    elif kind == "deployment":
+        template = want(spec, ["spec", "template"], dict, "an object") or {}
+        tspec = want(template, ["spec", "template", "spec"], dict, "an object") or {}
+        want(tspec, ["spec", "template", "spec", "containers"], list, "a list")
+    elif kind == "clusterpolicy":
+        for section in ("cdi", "mig", "devicePlugin", "migManager", "driver", "toolkit"):
+            sub = want(spec, ["spec", section], dict, "an object") or {}
+            if section in ("cdi", "driver"):
+                want(sub, ["spec", section, "enabled"], (bool, str), "a boolean")
+            if section == "mig":
+                want(sub, ["spec", section, "strategy"], str, "a string")
+            if section in ("devicePlugin", "migManager", "toolkit", "driver"):
+                want(sub, ["spec", section, "version"], str, "a string")
     elif kind == "pod":
         want(spec, ["spec", "nodeName"], str, "a string")
         want(spec, ["spec", "containers"], list, "a list")
@@ -211,8 +238,205 @@ def _label(obj, kind, index):
     return "%s #%d" % (kind, index)
 
 
+# ---------------------------------------------------------------------------------------------
+# NVIDIA stack components seen from the API: device plugin, MIG manager, GPU Operator
+
+
+def split_image(image):
+    """``registry/path/name:tag@sha256:...`` -> ``(repository, tag)``; tag None without one.
+
+    A tag is what follows the last ``:`` after the last ``/`` (a registry port is not a tag);
+    a digest (``@sha256:...``) is dropped: a digest-only reference has no version to read.
+    """
+    if not isinstance(image, str) or not image.strip():
+        return None, None
+    ref = image.strip().split("@", 1)[0]
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:] or None
+    return ref, None
+
+
+def image_name(image):
+    """Last path component of an image's repository (``k8s-device-plugin``), or None."""
+    repo, _tag = split_image(image)
+    return repo.rsplit("/", 1)[-1] if repo else None
+
+
+def image_version(image, scheme):
+    """The image tag as the catalog's version text (``v0.17.2-ubi9`` -> ``0.17.2``), or None
+    when the image has no tag, only a digest, or a tag that is no version (``latest``)."""
+    _repo, tag = split_image(image)
+    if tag is None:
+        return None
+    try:
+        text = catalog_v2.normalize_version_text(scheme, tag)
+        catalog_v2.parse_version(scheme, text)
+    except catalog_v2.CatalogError:
+        return None
+    return text
+
+
+def _container_with_image(spec, name):
+    for c in _containers(spec):
+        if image_name(c.get("image")) == name:
+            return c
+    return None
+
+
+def _flag_value(container, flag):
+    """Value of ``--flag=v`` / ``--flag v`` in the container's command and args (last one wins)."""
+    words = [str(w) for w in _l(container.get("command")) + _l(container.get("args"))]
+    value = None
+    for i, word in enumerate(words):
+        if word.startswith(flag + "="):
+            value = word[len(flag) + 1:]
+        elif word == flag and i + 1 < len(words):
+            value = words[i + 1]
+    return value
+
+
+def _uses_config_file(container):
+    return _flag_value(container, "--config-file") is not None or _s(_container_env(container, "CONFIG_FILE")) is not None
+
+
+def device_plugin_option(container, key):
+    """A device plugin option as the plugin resolves it: flag, else env, else None when a config
+    file may set it (unknown), else the documented default. ``device_list_strategy`` is a list."""
+    flag, env, default = DEVICE_PLUGIN_OPTIONS[key]
+    value = _flag_value(container, flag)
+    if value is None:
+        value = _container_env(container, env)
+        value = value if isinstance(value, str) else None
+    if value is None:
+        value = None if _uses_config_file(container) else default
+    if value is None:
+        return None
+    if key == "device_list_strategy":
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        return items or None
+    return value.strip() or None
+
+
+def device_plugin_component(container):
+    image = container.get("image") if isinstance(container.get("image"), str) else None
+    return {"version": image_version(image, "device-plugin"), "image": image,
+            "mig_strategy": device_plugin_option(container, "mig_strategy"),
+            "device_list_strategy": device_plugin_option(container, "device_list_strategy")}
+
+
+def mig_manager_component(container):
+    image = container.get("image") if isinstance(container.get("image"), str) else None
+    return {"version": image_version(image, "semver"), "image": image}
+
+
+def _boolish(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def cluster_policy_summary(cp):
+    """What the audit needs from a ClusterPolicy (nvidia.com/v1): None for what it does not say."""
+    spec = _d(_d(cp).get("spec"))
+    return {
+        "name": _s(_meta(cp, "name")),
+        "state": _s(_d(_d(cp).get("status")).get("state")),
+        "cdi_enabled": _boolish(_d(spec.get("cdi")).get("enabled")),
+        "cdi_default": _boolish(_d(spec.get("cdi")).get("default")),
+        "mig_strategy": _s(_d(spec.get("mig")).get("strategy")),
+        "driver_enabled": _boolish(_d(spec.get("driver")).get("enabled")),
+        "device_plugin_version": _s(_d(spec.get("devicePlugin")).get("version")),
+        "mig_manager_version": _s(_d(spec.get("migManager")).get("version")),
+        "toolkit_version": _s(_d(spec.get("toolkit")).get("version")),
+    }
+
+
+def gpu_operator_state(deployments, cluster_policies, crd_present, malformed):
+    """The GPU Operator of the cluster: its Deployment(s) and the ClusterPolicy in effect.
+
+    The operator reconciles one ClusterPolicy and marks any other ``ignored``; the one in effect is
+    the first (by name) whose ``status.state`` is not ``ignored``.
+    """
+    operators = []
+    for i, dep in enumerate(_l(deployments)):
+        problems = shape_problems(dep, "deployment")
+        if problems:
+            malformed.append("%s: %s" % (_label(dep, "deployment", i), "; ".join(problems)))
+        spec = _d(_d(_d(dep).get("spec")).get("template")).get("spec")
+        c = _container_with_image(spec, GPU_OPERATOR_IMAGE)
+        if c is None:
+            continue
+        operators.append({"namespace": _s(_meta(dep, "namespace")), "name": _s(_meta(dep, "name")),
+                          "image": c.get("image"), "version": image_version(c.get("image"), "semver")})
+    operators.sort(key=lambda o: (o["namespace"] or "", o["name"] or ""))
+    policies = []
+    for i, cp in enumerate(_l(cluster_policies)):
+        problems = shape_problems(cp, "clusterpolicy")
+        if problems:
+            malformed.append("%s: %s" % (_label(cp, "clusterpolicy", i), "; ".join(problems)))
+        if isinstance(cp, dict):
+            policies.append(cluster_policy_summary(cp))
+    policies.sort(key=lambda p: p["name"] or "")
+    active = [p for p in policies if p["state"] != "ignored"] or policies
+    return {"deployments": operators, "cluster_policies": policies,
+            "cluster_policy": active[0] if active else None, "cluster_policy_crd": crd_present,
+            "namespaces": sorted(set(o["namespace"] for o in operators if o["namespace"]))}
+
+
+def _owned_by_cluster_policy(obj):
+    return any(isinstance(ref, dict) and ref.get("kind") == CLUSTER_POLICY_KIND
+               for ref in _l(_meta(obj, "ownerReferences", [])))
+
+
+def gpu_operator_component(operator):
+    """The node's ``gpu-operator`` facts from the cluster's operator state."""
+    policy = operator["cluster_policy"] or {}
+    versions = sorted(set(o["version"] for o in operator["deployments"] if o["version"]))
+    images = sorted(set(o["image"] for o in operator["deployments"] if o["image"]))
+    return {"version": versions[0] if len(versions) == 1 else None,
+            "image": images[0] if len(images) == 1 else None,
+            "cdi_enabled": policy.get("cdi_enabled"),
+            "mig_strategy": policy.get("mig_strategy"),
+            "driver_enabled": policy.get("driver_enabled"),
+            "cluster_policy": policy.get("name")}
+
+
+def components_summary(view):
+    """Cluster-level summary: per component, how many nodes run it and which versions."""
+    out = {}
+    for name, entry in sorted(view.items()):
+        for comp, facts in sorted((entry.get("components") or {}).items()):
+            slot = out.setdefault(comp, {"nodes": 0, "versions": {}})
+            slot["nodes"] += 1
+            key = facts.get("version") or "unknown"
+            ver = slot["versions"].setdefault(key, {"version": facts.get("version"), "nodes": 0,
+                                                    "node_names": [], "images": []})
+            ver["nodes"] += 1
+            ver["node_names"].append(name)
+            if facts.get("image") and facts["image"] not in ver["images"]:
+                ver["images"].append(facts["image"])
+    for slot in out.values():
+        slot["versions"] = sorted(slot["versions"].values(), key=lambda v: (-v["nodes"], v["version"] or ""))
+    return out
+
+
+def _prefer(current, candidate_pod):
+    """True when the pod should replace the component already recorded for its node: a running pod
+    that is not being deleted wins over one that is pending, terminating or finished."""
+    if current is None:
+        return True
+    live = _s(_d(_d(candidate_pod).get("status")).get("phase")) == "Running" and not _meta(
+        candidate_pod, "deletionTimestamp")
+    return live and not current.get("_live")
+
+
 def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
-                 image_pattern="k8s-device-plugin"):
+                 image_pattern="k8s-device-plugin", deployments=None, cluster_policies=None,
+                 cluster_policy_crd=None):
     """Per-node API view: ``{node_name: {...}}`` plus the device plugin DaemonSets.
 
     Per node: ``exists``, ``ready``, ``unschedulable``, ``conditions``, ``boot_id``,
@@ -223,9 +447,23 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     (what was wrong with the Node object or the pods bound to it: fields of the wrong type
     or missing; the rest of the view is built from what could be read).
 
+    ``components`` (the NVIDIA stack seen from the API, a key only for what runs on or manages
+    the node): ``device-plugin`` (version, image, mig_strategy, device_list_strategy, pod) of the
+    device plugin pod on the node, ``mig-manager`` (version, image, pod) of the k8s-mig-manager pod,
+    ``gpu-operator`` (version, image, cdi_enabled, mig_strategy, driver_enabled, cluster_policy)
+    when the node runs an operand of the GPU Operator (a pod in the operator's namespace or of a
+    DaemonSet owned by a ClusterPolicy). Versions are the image tags in the catalog's version text;
+    an image without a tag, with only a digest or a tag that is no version gives ``version`` None.
+
+    ``deployments`` (any namespace) and ``cluster_policies`` (nvidia.com/v1) feed the GPU Operator
+    facts; ``cluster_policy_crd`` says whether the ClusterPolicy CRD is served (False: no
+    operator; None: not known). The result's ``gpu_operator`` holds the operator Deployments and
+    ClusterPolicies found, ``components`` the versions per component and on how many nodes.
+
     Malformed objects never raise: ``malformed`` at the top level lists those that could not
     be attached to a node (a Node without a name, a pod whose node is unknown because its
-    ``spec.nodeName`` is not a string, a DaemonSet or event that is not an object).
+    ``spec.nodeName`` is not a string, a DaemonSet or event that is not an object, a Deployment or
+    ClusterPolicy with fields of the wrong type).
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     image_pattern = image_pattern if isinstance(image_pattern, str) else "k8s-device-plugin"
@@ -244,6 +482,12 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
         summary.update({"name": _s(_meta(ds, "name")), "namespace": _s(_meta(ds, "namespace"))})
         ds_by_name[(summary["namespace"], summary["name"])] = summary
         ds_summaries.append(summary)
+    operator = gpu_operator_state(deployments, cluster_policies, cluster_policy_crd, malformed)
+    ds_by_owner = {}
+    for ds in _l(daemonsets):
+        if isinstance(ds, dict) and _s(_meta(ds, "name")):
+            ds_by_owner[(_s(_meta(ds, "namespace")), _meta(ds, "name"))] = _owned_by_cluster_policy(ds)
+    operator_present = bool(operator["deployments"] or operator["cluster_policies"])
     for i, ev in enumerate(_l(events)):
         if not isinstance(ev, dict):
             malformed.append("event #%d is %s, not an object" % (i, json_kind(ev)))
@@ -271,6 +515,7 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
             "pods": [],
             "pending_pods": [],
             "device_plugin": None,
+            "components": {},
             "malformed": ["Node: %s" % p for p in problems],
         }
 
@@ -294,6 +539,7 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
             summary["pod"] = "%s/%s" % (ns, pname)
             summary["phase"] = phase
             entry["device_plugin"] = summary
+        _node_components(entry, p, ns, pname, phase, image_pattern, operator, operator_present, ds_by_owner)
         if phase == "Pending" and not _meta(p, "deletionTimestamp"):
             since = pending_since(p)
             entry["pending_pods"].append({
@@ -304,4 +550,24 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     for entry in view.values():
         entry["pods"].sort(key=lambda x: (x["namespace"] or "", x["name"] or ""))
         entry["pending_pods"].sort(key=lambda x: (x["namespace"] or "", x["name"] or ""))
-    return {"nodes": view, "device_plugin_daemonsets": ds_summaries, "malformed": malformed}
+        for facts in entry["components"].values():
+            facts.pop("_live", None)
+    return {"nodes": view, "device_plugin_daemonsets": ds_summaries, "malformed": malformed,
+            "gpu_operator": operator, "components": components_summary(view)}
+
+
+def _node_components(entry, pod, ns, pname, phase, image_pattern, operator, operator_present, ds_by_owner):
+    comps = entry["components"]
+    spec = _d(pod).get("spec")
+    live = phase == "Running" and not _meta(pod, "deletionTimestamp")
+    where = "%s/%s" % (ns, pname)
+    plugin = _plugin_container(spec, image_pattern)
+    if plugin is not None and _prefer(comps.get("device-plugin"), pod):
+        comps["device-plugin"] = dict(device_plugin_component(plugin), pod=where, _live=live)
+    mig = _container_with_image(spec, MIG_MANAGER_IMAGE)
+    if mig is not None and _prefer(comps.get("mig-manager"), pod):
+        comps["mig-manager"] = dict(mig_manager_component(mig), pod=where, _live=live)
+    if operator_present and "gpu-operator" not in comps:
+        owner = pod_owner(pod)
+        if (ns is not None and ns in operator["namespaces"]) or ds_by_owner.get((ns, owner)):
+            comps["gpu-operator"] = gpu_operator_component(operator)
