@@ -1,251 +1,39 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Known-bad catalog v2: loading, semantic validation and evaluation (controller side, pure).
+"""Known-bad catalog v2 on the controller: loading plus the shared validation and evaluation.
 
 The catalog lives in ``catalog/v2/<component>.yml`` (format: ``catalog/README.md``, structure:
-``catalog/schema/catalog-v2.schema.json``). This module does what the JSON schema cannot:
-it parses every version with the component's version scheme, checks that ranges are ordered
-and inside their branch, that ids are unique across files and that a security entry's severity
-is the CVSS rating of its highest base score.
-
-Evaluation is by ordering, never by membership in a list: an affected item covers the versions
-``introduced <= v`` and ``v < fixed`` (or ``v <= last_affected`` when no fix is known). A
-version above ``last_affected`` but below ``fixed`` is affected too: NVIDIA's "first fixed"
-numbers are sometimes builds that data-center users never see (570.133.07 in bulletin 5630).
+``catalog/schema/catalog-v2.schema.json``). Validation and evaluation (ordering, never
+membership in a list) live in ``plugins/module_utils/catalog_v2_core.py`` so that the node
+(``kubegpu.fleet.driver_guard``) evaluates with the very same code; this module re-exports that
+API (``evaluate``, ``evaluate_many``, ``validate_catalog``, ``validate_entry``,
+``normalize_version_text``, ``parse_version``, ``CONDITIONS``, ``COMPONENT_SCHEMES``, ...) and
+adds ``load_catalog``, which reads the YAML files (PyYAML is a controller requirement).
 """
 from __future__ import annotations
 
 import os
-import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
-    DevicePluginVersion,
-    DriverVersion,
-    SemVer,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog_v2_core import (  # noqa: F401  pylint: disable=unused-import
+    COMPONENT_SCHEMES,
+    CONDITIONS,
+    SCHEMA_VERSION,
+    SEVERITIES,
+    CatalogError,
+    check_structure,
+    condition_states,
+    cvss_rating,
+    evaluate,
+    evaluate_many,
+    in_branch,
+    match_entry,
+    normalize_version_text,
+    parse_version,
+    range_text,
+    validate_catalog,
+    validate_entry,
 )
-
-SCHEMA_VERSION = 2
-
-# component -> version scheme. The file header must name the same scheme.
-COMPONENT_SCHEMES = {
-    "driver": "driver",
-    "fabric-manager": "driver",
-    "container-toolkit": "semver",
-    "gpu-operator": "semver",
-    "mig-manager": "semver",
-    "device-plugin": "device-plugin",
-}
-
-SEVERITIES = ("critical", "high", "medium", "low", "info")
-
-# Condition vocabulary. kind: "bool" (fact is true/false), "enum" (fact is one value or a
-# list of values; the condition is a list of accepted values or {not_in: [...]}), "regex"
-# (fact is a string or list of strings searched case-insensitively).
-CONDITIONS = {
-    "mig_enabled": "bool",            # any GPU on the node in MIG mode
-    "mig_mixed": "bool",              # MIG GPUs and full GPUs on the same node
-    "mig_strategy": "enum",           # device plugin / GFD: none | single | mixed
-    "gpu_model": "regex",             # GPU product names (nvidia-smi / NVML)
-    "gpu_arch": "enum",               # ampere | hopper | blackwell | grace-hopper | ...
-    "injection_mode": "enum",         # container toolkit: legacy | cdi (cdi and jit-cdi -> cdi)
-    "cdi_enabled": "bool",            # GPU Operator cdi.enabled / toolkit CDI in use
-    "device_list_strategy": "enum",   # device plugin: envvar | volume-mounts | cdi-annotations | cdi-cri
-    "runtime": "enum",                # low-level OCI runtime: runc | crun
-    "container_runtime": "enum",      # containerd | cri-o | docker
-    "k8s_distribution": "enum",       # rke2 | k3s | microk8s | openshift | gke | ...
-    "nvswitch": "bool",               # NVSwitch present (HGX/DGX baseboards)
-    "fabric_manager_matches_driver": "bool",  # nv-fabricmanager version == driver version
-    "kernel_modules": "enum",         # open | proprietary
-    "driver_branch": "enum",          # driver branch of the node ("550")
-    "driver_preinstalled": "bool",    # host driver, GPU Operator driver.enabled=false
-    "os": "enum",                     # <ID><major VERSION_ID>: rhel8, ubuntu22, ...
-    "rdma": "bool",                   # ibverbs devices present on the node
-}
-
-_DISTRO_SUFFIX = re.compile(r"^(ubuntu|ubi|centos|rhel|rocky|amzn|debian|sles|photon)\d", re.I)
-
-
-class CatalogError(ValueError):
-    """The catalog (or one entry) breaks a rule; the message names the entry and the value."""
-
-
-def normalize_version_text(scheme, text):
-    """Upstream version text from a package or image-tag version.
-
-    ``3:570.172.08-0ubuntu1`` -> ``570.172.08`` (driver); ``v1.17.8-ubuntu20.04`` and
-    ``1.17.8-1`` -> ``1.17.8`` (semver and device plugin: the ``v`` prefix goes; a suffix that starts with a digit or names a base image
-    is a package revision or image flavour, not a pre-release; ``-rc.1``/``-beta5`` are kept).
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise CatalogError("version must be a non-empty string, got %r" % (text,))
-    t = text.strip()
-    if scheme == "driver":
-        return t
-    if re.match(r"^\d+:", t):
-        t = t.split(":", 1)[1]
-    m = re.match(r"^(v?\d+\.\d+\.\d+)-(.+)$", t)
-    if m and (m.group(2)[0].isdigit() or _DISTRO_SUFFIX.match(m.group(2))):
-        t = m.group(1)
-    if t[:1] in ("v", "V") and t[1:2].isdigit():
-        t = t[1:]
-    if scheme == "semver" and re.match(r"^\d+\.\d+$", t):
-        t += ".0"
-    return t
-
-
-def parse_version(scheme, text):
-    """Parse ``text`` with the scheme's ordering; CatalogError names the bad value."""
-    t = normalize_version_text(scheme, text)
-    try:
-        if scheme == "driver":
-            return DriverVersion(t)
-        if scheme == "device-plugin":
-            return DevicePluginVersion(t)
-        if scheme == "semver":
-            return SemVer(t)
-    except ValueError as exc:
-        raise CatalogError(str(exc))
-    raise CatalogError("unknown version scheme %r" % (scheme,))
-
-
-def _parts(version):
-    text = version.text if hasattr(version, "text") else str(version)
-    text = text[1:] if text.startswith("v") else text
-    return re.split(r"[.-]", text)
-
-
-def in_branch(version, branch):
-    """True when ``branch`` ("570", "1.17") is a leading dotted prefix of ``version``."""
-    if branch is None:
-        return True
-    want = str(branch).split(".")
-    have = _parts(version)
-    return have[:len(want)] == want
-
-
-def cvss_rating(score):
-    """CVSS v3 qualitative rating of a base score, lower case."""
-    if score >= 9.0:
-        return "critical"
-    if score >= 7.0:
-        return "high"
-    if score >= 4.0:
-        return "medium"
-    if score > 0.0:
-        return "low"
-    return "info"
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _check_conditions(where, conditions):
-    if conditions is None:
-        return
-    if not isinstance(conditions, dict):
-        raise CatalogError("%s: conditions must be a mapping, got %r" % (where, conditions))
-    for key, want in conditions.items():
-        kind = CONDITIONS.get(key)
-        if kind is None:
-            raise CatalogError("%s: unknown condition %r (known: %s)"
-                               % (where, key, ", ".join(sorted(CONDITIONS))))
-        if kind == "bool" and not isinstance(want, bool):
-            raise CatalogError("%s: condition %s must be true or false, got %r" % (where, key, want))
-        if kind == "regex":
-            if not isinstance(want, str):
-                raise CatalogError("%s: condition %s must be a regular expression string" % (where, key))
-            try:
-                re.compile(want)
-            except re.error as exc:
-                raise CatalogError("%s: condition %s: bad regular expression %r: %s" % (where, key, want, exc))
-        if kind == "enum":
-            values = want.get("not_in") if isinstance(want, dict) else want
-            if isinstance(want, dict) and set(want) != {"not_in"}:
-                raise CatalogError("%s: condition %s takes a list or {not_in: [...]}, got %r" % (where, key, want))
-            if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-                raise CatalogError("%s: condition %s needs a non-empty list of strings, got %r" % (where, key, want))
-
-
-def validate_entry(entry, scheme):
-    """Semantic rules for one entry; raises CatalogError."""
-    eid = entry.get("id", "?")
-    where = "entry %s" % eid
-    kind = entry.get("kind")
-    cves = entry.get("cves") or []
-    if kind == "security":
-        if not cves:
-            raise CatalogError("%s: a security entry needs at least one CVE" % where)
-        top = max(float(c["cvss"]["base_score"]) for c in cves)
-        if entry.get("severity") != cvss_rating(top):
-            raise CatalogError("%s: severity %r does not match the highest CVSS base score %s (%s)"
-                               % (where, entry.get("severity"), top, cvss_rating(top)))
-    elif kind == "defect":
-        if cves:
-            raise CatalogError("%s: a defect entry carries no CVEs (make it kind: security)" % where)
-    else:
-        raise CatalogError("%s: kind must be security or defect, got %r" % (where, kind))
-    if not entry.get("sources"):
-        raise CatalogError("%s: every entry needs at least one source" % where)
-    _check_conditions(where, entry.get("conditions"))
-    items = entry.get("affected") or []
-    if not items:
-        raise CatalogError("%s: affected is empty" % where)
-    for n, item in enumerate(items):
-        iw = "%s affected[%d]" % (where, n)
-        branch = item.get("branch")
-        bounds = {}
-        for key in ("introduced", "last_affected", "fixed"):
-            if item.get(key) is None:
-                continue
-            if not isinstance(item[key], str):
-                raise CatalogError("%s: %s must be a quoted string, got %r (YAML reads 550.40 as a number)"
-                                   % (iw, key, item[key]))
-            v = parse_version(scheme, item[key])
-            if not in_branch(v, branch):
-                raise CatalogError("%s: %s %s is not in branch %s" % (iw, key, item[key], branch))
-            bounds[key] = v
-        lo, last, fixed = bounds.get("introduced"), bounds.get("last_affected"), bounds.get("fixed")
-        if lo is not None and last is not None and not lo <= last:
-            raise CatalogError("%s: introduced %s is above last_affected %s" % (iw, lo, last))
-        if lo is not None and fixed is not None and not lo < fixed:
-            raise CatalogError("%s: introduced %s is not below fixed %s" % (iw, lo, fixed))
-        if last is not None and fixed is not None and not last < fixed:
-            raise CatalogError("%s: last_affected %s is not below fixed %s" % (iw, last, fixed))
-        if lo is None and last is None and fixed is None and branch is None and not item.get("conditions") \
-                and not entry.get("conditions"):
-            raise CatalogError("%s: an item without bounds, branch or conditions would match every version" % iw)
-        _check_conditions(iw, item.get("conditions"))
-
-
-def validate_catalog(docs):
-    """Validate a list of loaded component documents; returns the flat entry list.
-
-    Raises CatalogError on the first broken rule (ids unique across all files).
-    """
-    seen = {}
-    entries = []
-    for doc in docs:
-        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-            raise CatalogError("catalog file %s: schema_version must be %d"
-                               % (doc.get("_path", "?") if isinstance(doc, dict) else "?", SCHEMA_VERSION))
-        comp = doc.get("component")
-        scheme = COMPONENT_SCHEMES.get(comp)
-        if scheme is None:
-            raise CatalogError("catalog file %s: unknown component %r" % (doc.get("_path", "?"), comp))
-        if doc.get("version_scheme") != scheme:
-            raise CatalogError("catalog file %s: component %s uses version_scheme %s, not %r"
-                               % (doc.get("_path", "?"), comp, scheme, doc.get("version_scheme")))
-        for entry in doc.get("entries") or []:
-            eid = entry.get("id")
-            if eid in seen:
-                raise CatalogError("duplicate entry id %r (in %s and %s)" % (eid, seen[eid], comp))
-            seen[eid] = comp
-            validate_entry(entry, scheme)
-            flat = dict(entry)
-            flat["component"] = comp
-            entries.append(flat)
-    return entries
 
 
 def load_catalog(directory, extra_docs=None):
@@ -264,156 +52,3 @@ def load_catalog(directory, extra_docs=None):
         docs.append(doc)
     docs.extend(extra_docs or [])
     return validate_catalog(docs)
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def _condition_state(key, want, facts):
-    """(state, reason): state is True (holds), False (does not hold) or None (fact unknown)."""
-    if key not in facts or facts[key] is None:
-        return None, "%s unknown" % key
-    have = facts[key]
-    kind = CONDITIONS[key]
-    if kind == "bool":
-        ok = bool(have) is want
-        return ok, "%s is %s" % (key, "true" if have else "false")
-    values = have if isinstance(have, (list, tuple, set)) else [have]
-    values = [str(v).lower() for v in values]
-    if kind == "regex":
-        ok = any(re.search(want, v, re.I) for v in values)
-        return ok, "%s %s %s /%s/" % (key, ", ".join(values) or "(none)", "matches" if ok else "does not match", want)
-    if isinstance(want, dict):
-        banned = [w.lower() for w in want["not_in"]]
-        ok = bool(values) and not any(v in banned for v in values)
-        return ok, "%s is %s (affected unless %s)" % (key, ", ".join(values) or "(none)", ", ".join(banned))
-    accepted = [w.lower() for w in want]
-    ok = any(v in accepted for v in values)
-    return ok, "%s is %s (affected: %s)" % (key, ", ".join(values) or "(none)", ", ".join(accepted))
-
-
-def _conditions(conditions, facts):
-    held, failed, unknown = [], [], []
-    for key, want in sorted((conditions or {}).items()):
-        state, reason = _condition_state(key, want, facts)
-        (held if state else unknown if state is None else failed).append(reason)
-    return held, failed, unknown
-
-
-def _range_text(item):
-    parts = []
-    if item.get("branch"):
-        parts.append("branch %s" % item["branch"])
-    if item.get("introduced"):
-        parts.append(">= %s" % item["introduced"])
-    if item.get("fixed"):
-        parts.append("< %s" % item["fixed"])
-    elif item.get("last_affected"):
-        parts.append("<= %s" % item["last_affected"])
-    return ", ".join(parts) or "all versions"
-
-
-def _version_hit(item, version, scheme):
-    """None when ``version`` is outside the item; else a list of reasons."""
-    if not in_branch(version, item.get("branch")):
-        return None
-    if item.get("introduced") and version < parse_version(scheme, item["introduced"]):
-        return None
-    reasons = []
-    if item.get("fixed"):
-        fixed = parse_version(scheme, item["fixed"])
-        if not version < fixed:
-            return None
-        last = item.get("last_affected")
-        if last and version > parse_version(scheme, last):
-            reasons.append("%s is above the last affected version %s named by the source but below the "
-                           "first fixed version %s, so it is affected by ordering" % (version.text, last, item["fixed"]))
-        else:
-            reasons.append("%s is below the first fixed version %s" % (version.text, item["fixed"]))
-    elif item.get("last_affected"):
-        if version > parse_version(scheme, item["last_affected"]):
-            return None
-        reasons.append("%s is at or below the last affected version %s (no fixed version known)"
-                       % (version.text, item["last_affected"]))
-    else:
-        reasons.append("%s is in the affected range (%s; no fixed version known)" % (version.text, _range_text(item)))
-    if item.get("introduced"):
-        reasons.append("at or above %s, where the problem was introduced" % item["introduced"])
-    return reasons
-
-
-def evaluate(entries, component, version, facts=None):
-    """Match one component version against the catalog.
-
-    ``entries``: the list from load_catalog/validate_catalog. ``facts``: condition facts of
-    the node or cluster (keys of CONDITIONS; a missing or None value is unknown).
-    Returns ``{"matches": [...], "not_applicable": [...]}``. A match has ``status``
-    ``affected`` (every condition holds) or ``possibly_affected`` (a condition fact is
-    unknown, none fails); ``not_applicable`` lists entries whose version range matches but a
-    condition rules out, with the reason. Entries outside the version range are not listed.
-    """
-    facts = dict(facts or {})
-    scheme = COMPONENT_SCHEMES.get(component)
-    if scheme is None:
-        raise CatalogError("unknown component %r (known: %s)" % (component, ", ".join(sorted(COMPONENT_SCHEMES))))
-    v = parse_version(scheme, version)
-    if scheme == "driver" and "driver_branch" not in facts:
-        facts["driver_branch"] = str(v.branch)
-    matches, not_applicable = [], []
-    for entry in entries:
-        if entry.get("component") != component:
-            continue
-        best = None
-        for item in entry.get("affected") or []:
-            hit = _version_hit(item, v, scheme)
-            if hit is None:
-                continue
-            conds = dict(entry.get("conditions") or {})
-            conds.update(item.get("conditions") or {})
-            held, failed, unknown = _conditions(conds, facts)
-            rank = 0 if failed else (1 if unknown else 2)
-            if best is None or rank > best[0]:
-                best = (rank, item, hit, held, failed, unknown)
-        if best is None:
-            continue
-        rank, item, hit, held, failed, unknown = best
-        result = _result(entry, component, v, item, hit + held, unknown)
-        if rank == 0:
-            result["status"] = "not_applicable"
-            result["reasons"] = hit + failed
-            not_applicable.append(result)
-        else:
-            result["status"] = "affected" if rank == 2 else "possibly_affected"
-            matches.append(result)
-    order = {s: n for n, s in enumerate(SEVERITIES)}
-    matches.sort(key=lambda m: (order.get(m["severity"], 9), -(m["max_cvss"] or 0), m["id"]))
-    return {"matches": matches, "not_applicable": not_applicable}
-
-
-def _result(entry, component, version, item, reasons, unknown):
-    cves = entry.get("cves") or []
-    return {
-        "id": entry["id"],
-        "component": component,
-        "kind": entry["kind"],
-        "title": entry.get("title"),
-        "severity": entry["severity"],
-        "version": version.text,
-        "branch": item.get("branch"),
-        "affected_range": _range_text(item),
-        "fixed": item.get("fixed"),
-        "cves": [c["id"] for c in cves],
-        "max_cvss": max([float(c["cvss"]["base_score"]) for c in cves]) if cves else None,
-        "cvss_vectors": {c["id"]: c["cvss"]["vector"] for c in cves},
-        "reasons": reasons,
-        "unknown_conditions": unknown,
-        "remediation": entry.get("remediation"),
-        "mitigation": entry.get("mitigation"),
-        "sources": [s["url"] for s in entry.get("sources") or []],
-    }
-
-
-def evaluate_many(entries, components, facts=None):
-    """``components``: {component: version}; returns {component: evaluate(...)} for each."""
-    return {comp: evaluate(entries, comp, ver, facts) for comp, ver in sorted(components.items())
-            if ver is not None}
