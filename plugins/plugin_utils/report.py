@@ -4,7 +4,8 @@
 """Fleet audit report: aggregation and renderers (controller side).
 
 Pure functions: ``build_report`` turns per-node audit results into the versioned report
-document (schema in ``docs/audit-report.schema.json``); ``render_html``, ``render_markdown``
+document (schema in ``docs/audit-report.schema.json``; ``cves`` groups the ``security.*``
+findings across the fleet by CVE); ``render_html``, ``render_markdown``
 and ``render_prometheus`` render that document. Nothing here touches the network or nodes.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import datetime
 import html
 import json
 import os
+import re
 
 import yaml  # ansible-core depends on PyYAML: always there on a controller
 
@@ -166,7 +168,123 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         },
         "nodes": out_nodes,
         "cluster": {"findings": cluster},
+        "cves": group_cves(all_findings),
     }
+
+
+CVE_SEVERITIES = ("critical", "high", "medium", "low", "info")
+CVE_SEVERITY_RANK = dict((sev, len(CVE_SEVERITIES) - i) for i, sev in enumerate(CVE_SEVERITIES))
+SECURITY_PREFIX = "security."
+CVE_ID = re.compile(r"^CVE-\d{4}-\d{4,}$")
+CVE_NODE_LIST_MAX = 10  # node names shown per CVE in Markdown and HTML; JSON has them all
+
+
+def _cvss_rating(score):
+    """CVSS v3 qualitative rating of a base score (NVD: critical >= 9.0, high >= 7.0, ...)."""
+    if score is None:
+        return None
+    if score >= 9.0:
+        return "critical"
+    if score >= 7.0:
+        return "high"
+    if score >= 4.0:
+        return "medium"
+    return "low" if score > 0 else "info"
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _source_urls(sources):
+    out = []
+    for src in sources if isinstance(sources, list) else []:
+        url = src.get("url") if isinstance(src, dict) else src
+        if isinstance(url, str) and url and url not in out:
+            out.append(url)
+    return out
+
+
+def _list(value):
+    return value if isinstance(value, list) else []
+
+
+def _cve_ids(value):
+    """The CVE ids in a list (``CVE-2025-23266``); anything else in it is ignored."""
+    return [c for c in _list(value) if isinstance(c, str) and CVE_ID.match(c)]
+
+
+def group_cves(findings):
+    """The ``security.<component>`` findings grouped by CVE across the fleet.
+
+    Input: report findings (with ``node``) whose evidence is ``{component, version, cves, max_cvss,
+    advisories: [{id, title, cves, max_cvss, severity, status, fixed, sources, ...}]}``. One entry
+    per CVE: ``id``, ``max_cvss`` (highest score of the advisories naming it), ``severity`` (the
+    highest catalog severity of those advisories, else the CVSS rating), ``components``,
+    ``affected_nodes`` (count) and ``node_names``, ``possibly_affected_nodes`` (the nodes where only
+    unknown conditions keep it), ``fixed`` (component -> first fixed versions of the nodes'
+    branches), ``advisories`` (ids), ``sources`` (URLs) and ``nodes`` (node, component, version,
+    status). Sorted by severity, score, id. Findings without CVEs add nothing.
+    """
+    by_cve = {}
+    for f in findings:
+        if not f["id"].startswith(SECURITY_PREFIX) or not isinstance(f.get("evidence"), dict):
+            continue
+        ev = f["evidence"]
+        component = ev.get("component") if isinstance(ev.get("component"), str) else f["id"][len(SECURITY_PREFIX):]
+        version = ev.get("version") if isinstance(ev.get("version"), str) else None
+        advisories = [a for a in _list(ev.get("advisories")) if isinstance(a, dict)]
+        cves = _cve_ids(ev.get("cves"))
+        for adv in advisories:
+            cves += [c for c in _cve_ids(adv.get("cves")) if c not in cves]
+        for cve in cves:
+            slot = by_cve.setdefault(cve, {"id": cve, "max_cvss": None, "severity": None, "components": [],
+                                           "fixed": {}, "advisories": [], "sources": [], "_nodes": {}})
+            naming = [a for a in advisories if cve in _cve_ids(a.get("cves"))]
+            status = "affected"
+            if naming and all(a.get("status") == "possibly_affected" for a in naming):
+                status = "possibly_affected"
+            for adv in naming or [{"max_cvss": ev.get("max_cvss")}]:
+                score = _number(adv.get("max_cvss"))
+                if score is not None and (slot["max_cvss"] is None or score > slot["max_cvss"]):
+                    slot["max_cvss"] = score
+                sev = adv.get("severity") if adv.get("severity") in CVE_SEVERITY_RANK else None
+                if sev and (slot["severity"] is None or CVE_SEVERITY_RANK[sev] > CVE_SEVERITY_RANK[slot["severity"]]):
+                    slot["severity"] = sev
+                if isinstance(adv.get("id"), str) and adv["id"] not in slot["advisories"]:
+                    slot["advisories"].append(adv["id"])
+                fixed = adv.get("fixed")
+                if isinstance(fixed, str) and fixed:
+                    versions = slot["fixed"].setdefault(component, [])
+                    if fixed not in versions:
+                        versions.append(fixed)
+                for url in _source_urls(adv.get("sources")):
+                    if url not in slot["sources"]:
+                        slot["sources"].append(url)
+            if component not in slot["components"]:
+                slot["components"].append(component)
+            node = f["node"] if f["node"] is not None else ""
+            key = (node, component)
+            prev = slot["_nodes"].get(key)
+            if prev is None or (prev["status"] == "possibly_affected" and status == "affected"):
+                slot["_nodes"][key] = {"node": f["node"], "component": component, "version": version,
+                                       "status": status}
+    out = []
+    for slot in by_cve.values():
+        nodes = sorted(slot.pop("_nodes").values(), key=lambda n: (n["node"] or "", n["component"]))
+        if slot["severity"] is None:
+            slot["severity"] = _cvss_rating(slot["max_cvss"]) or "info"
+        named = sorted(set(n["node"] for n in nodes if n["node"] is not None))
+        sure = set(n["node"] for n in nodes if n["node"] is not None and n["status"] == "affected")
+        slot.update(components=sorted(slot["components"]), advisories=sorted(slot["advisories"]),
+                    fixed=dict((c, sorted(v)) for c, v in sorted(slot["fixed"].items())),
+                    affected_nodes=len(named), node_names=named,
+                    possibly_affected_nodes=sorted(set(named) - sure), nodes=nodes)
+        out.append(slot)
+    out.sort(key=lambda c: (-CVE_SEVERITY_RANK[c["severity"]], -(c["max_cvss"] or 0.0), c["id"]))
+    return out
 
 
 def _finding_order(f):
@@ -251,7 +369,38 @@ def render_markdown(report):
         lines.append("")
     else:
         lines += ["No findings.", ""]
+    lines += _markdown_cves(report.get("cves") or [])
     return "\n".join(lines)
+
+
+def _bounded_names(names, limit=CVE_NODE_LIST_MAX):
+    """``a, b, c`` or ``a, ..., j and 5 more``: the first ``limit`` names and how many were left out."""
+    shown = ", ".join(names[:limit])
+    return shown + (" and %d more" % (len(names) - limit) if len(names) > limit else "")
+
+
+def _fixed_text(fixed):
+    return "; ".join("%s %s" % (comp, ", ".join(versions)) for comp, versions in fixed.items())
+
+
+def _markdown_cves(cves):
+    if not cves:
+        return []
+    lines = ["## CVEs across the fleet", "",
+             "%d CVE(s) from the known-bad catalog affect audited nodes (possibly: only an unknown condition "
+             "keeps the node in the advisory's scope)." % len(cves), "",
+             "| CVE | CVSS | severity | components | nodes | fixed in | advisories |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in cves:
+        nodes = "%d: %s" % (c["affected_nodes"], _bounded_names(c["node_names"])) if c["node_names"] else "cluster"
+        if c["possibly_affected_nodes"]:
+            nodes += " (possibly: %s)" % _bounded_names(c["possibly_affected_nodes"])
+        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            _md_escape(c["id"]), "%.1f" % c["max_cvss"] if c["max_cvss"] is not None else "?", c["severity"],
+            _md_escape(", ".join(c["components"])), _md_escape(nodes), _md_escape(_fixed_text(c["fixed"]) or "-"),
+            _md_escape(", ".join(c["advisories"]) or "-")))
+    lines.append("")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +456,18 @@ def render_prometheus(report):
            [({"node": n["name"]}, 1 if n["name"] in needs_hands else 0) for n in report["nodes"]])
     metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
            [({}, _epoch(report["generated_at"]))])
+    cves = report.get("cves") or []
+    if cves:
+        per_component = []
+        for c in cves:
+            for comp in c["components"]:
+                count = len(set(n["node"] for n in c["nodes"] if n["component"] == comp and n["node"] is not None))
+                per_component.append(({"cve": c["id"], "component": comp, "severity": c["severity"]}, count))
+        metric("kubegpu_cve_affected_nodes", "gauge",
+               "Nodes whose NVIDIA component is affected (or possibly affected) by the CVE at the last audit.",
+               per_component)
+        metric("kubegpu_cve_max_cvss", "gauge", "Highest CVSS base score of the advisories naming the CVE.",
+               [({"cve": c["id"], "severity": c["severity"]}, c["max_cvss"]) for c in cves if c["max_cvss"] is not None])
     return "\n".join(out) + "\n"
 
 
@@ -373,6 +534,7 @@ def render_html(report):
                             _e("; ".join(entry["work"]))))
         parts.append("</ul></section>")
 
+    parts += _html_cves(report.get("cves") or [])
     parts.append('<section id="matrix"><h2>Node &times; finding</h2>')
     if ids:
         parts.append('<table class="matrix"><thead><tr><th>node</th>')
@@ -413,6 +575,39 @@ def render_html(report):
             parts.append(_html_finding(f))
     parts.append("</section></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _html_names(names):
+    shown = ", ".join('<a href="#node-%s">%s</a>' % (_e(n), _e(n)) for n in names[:CVE_NODE_LIST_MAX])
+    if len(names) > CVE_NODE_LIST_MAX:
+        shown += " and %d more" % (len(names) - CVE_NODE_LIST_MAX)
+    return shown
+
+
+def _html_cves(cves):
+    if not cves:
+        return []
+    parts = ['<section id="cves"><h2>CVEs across the fleet</h2>',
+             "<p>%d CVE(s) from the known-bad catalog affect audited nodes. <em>Possibly</em>: only an unknown "
+             "condition keeps the node in the advisory's scope.</p>" % len(cves),
+             '<table class="cves"><thead><tr><th>CVE</th><th>CVSS</th><th>severity</th><th>components</th>'
+             "<th>nodes</th><th>fixed in</th><th>advisories</th></tr></thead><tbody>"]
+    for c in cves:
+        sev_class = {"critical": "critical", "high": "critical", "medium": "warning"}.get(c["severity"], "info")
+        nodes = "%d: %s" % (c["affected_nodes"], _html_names(c["node_names"])) if c["node_names"] else "cluster"
+        if c["possibly_affected_nodes"]:
+            nodes += " <small>(possibly: %s)</small>" % _html_names(c["possibly_affected_nodes"])
+        links = "".join('<li><a href="%s">%s</a></li>' % (_e(u), _e(u)) for u in c["sources"])
+        parts.append(
+            '<tr data-cve="%s" data-affected-nodes="%d"><td><code>%s</code>%s</td><td>%s</td>'
+            '<td><span class="sev %s">%s</span></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>'
+            % (_e(c["id"]), c["affected_nodes"], _e(c["id"]),
+               ("<ul>%s</ul>" % links) if links else "",
+               _e("%.1f" % c["max_cvss"] if c["max_cvss"] is not None else "?"), sev_class, _e(c["severity"]),
+               _e(", ".join(c["components"])), nodes, _e(_fixed_text(c["fixed"]) or "-"),
+               _e(", ".join(c["advisories"]) or "-")))
+    parts.append("</tbody></table></section>")
+    return parts
 
 
 def _html_finding(f):
