@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Part 2: what kubegpu.fleet.gpu_facts costs on a node with 8 GPUs x 7 MIG devices.
 
-The node is the fake NVIDIA userspace at the C ABI (tests/fakes/nvml: libnvidia-ml.so.1 and
+The node is the fake NVIDIA userspace at the C ABI (lab/fakes/nvml: libnvidia-ml.so.1 and
 nvidia-smi built with gcc, loaded by the real pynvml) with a procfs tree and real device nodes
 (mknod) in a scratch directory. Every figure is the wall time of a fresh process, as Ansible
 runs a module on a node: the module file executed by the venv's Python with its arguments
@@ -25,7 +25,7 @@ import time
 
 import benchlib
 
-sys.path.insert(0, os.path.join(benchlib.REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(benchlib.REPO, "lab", "fakes", "nvml"))
 import fakenvml  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 TITLE = "gpu_facts cost (8 GPUs x 7 MIG devices, fake NVML at the C ABI)"

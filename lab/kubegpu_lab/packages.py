@@ -1,7 +1,7 @@
 """Fake NVIDIA .deb packages and the local apt repository lab nodes install them from.
 
 Built with dpkg-deb from ``lab/packages`` (scripts, maintainer scripts, catalog of versions)
-and the fake NVML library + nvidia-smi of ``tests/fakes/nvml`` (compiled once per driver
+and the fake NVML library + nvidia-smi of ``lab/fakes/nvml`` (compiled once per driver
 version, so each ``libnvidia-ml.so.1`` reports its own version). The repository is a flat
 apt-ftparchive tree, cached under the lab cache by a hash of every input, bind-mounted
 read-only into each node at /srv/kubegpu-lab/apt and used through a ``[trusted=yes]`` source.
@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LAB_DIR = os.path.dirname(HERE)
 REPO_ROOT = os.path.dirname(LAB_DIR)
 PKG_SRC = os.path.join(LAB_DIR, "packages")
-NVML_SRC = os.path.join(REPO_ROOT, "tests", "fakes", "nvml")
+NVML_SRC = os.path.join(REPO_ROOT, "lab", "fakes", "nvml")
 MAINTAINER = "kubegpu.fleet GPU node lab <lab@kubegpu.invalid>"
 ARCH = "amd64"
 MULTIARCH = "x86_64-linux-gnu"

@@ -2,7 +2,7 @@
 """kubegpu.fleet.audit_node through real ansible-playbook on localhost.
 
 Each scenario builds one node's filesystems in a temp dir - the fake libnvidia-ml.so.1 from
-tests/fakes/nvml (loaded by the real pynvml inside the module) with its procfs and /dev, a
+lab/fakes/nvml (loaded by the real pynvml inside the module) with its procfs and /dev, a
 fake kubelet process (tests/fixtures/kubelet) whose --root-dir holds a device checkpoint, and
 a plain copy of a cgroup v1 devices hierarchy - then runs the audit role twice in one play:
 once through the node_modules entry point (the five node modules as separate tasks) and once
@@ -18,7 +18,7 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "kubelet"))
 import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 from kubelet_fakeproc import FakeProc, fixture_path, write_script  # noqa: E402  pylint: disable=wrong-import-position

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 
 import fakenvml  # noqa: E402
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """kubegpu.fleet.gpu_facts through real ansible-playbook on localhost.
 
-The NVIDIA userspace is the fake libnvidia-ml.so.1 / nvidia-smi from tests/fakes/nvml (built
+The NVIDIA userspace is the fake libnvidia-ml.so.1 / nvidia-smi from lab/fakes/nvml (built
 with gcc, loaded by the real pynvml inside the module); procfs and /dev are temp trees.
 """
 from __future__ import absolute_import, division, print_function
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 
 # tests/lib/ansible_runner.py sets ANSIBLE_CALLBACKS_ENABLED="" which ansible-core 2.19 reads

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """GPU hardware health through the real gpu_facts and audit_node modules (ansible-playbook).
 
-The driver is the fake libnvidia-ml.so.1 / nvidia-smi from tests/fakes/nvml with per-GPU
+The driver is the fake libnvidia-ml.so.1 / nvidia-smi from lab/fakes/nvml with per-GPU
 ``health`` state; the PCI bus is a sysfs-shaped tree (``sys_path``); the kernel log is a
 ``journalctl`` stand-in on PATH printing Xid records as the driver logs them.
 """
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 
 HARNESS_ENV = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}

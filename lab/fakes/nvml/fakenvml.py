@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Test-side helpers for the fake NVIDIA userspace in this directory.
+"""Helpers for the fake NVIDIA userspace in this directory (used by the tests and the lab).
 
 * :func:`build` compiles the fake ``libnvidia-ml.so.1`` and ``nvidia-smi`` with gcc (via
-  ``build.sh``) into ``tests/fakes/build/<version>/``, a driver-root-shaped tree.
+  ``build.sh``) into ``lab/fakes/build/<version>/``, a driver-root-shaped tree.
 * :func:`gpu`, :func:`hgx` and :func:`write_scenario` write scenario files (README.md).
 * :func:`write_procfs` and :func:`make_dev_nodes` build procfs / dev trees shaped like a GPU node.
 * :class:`FreezerCgroup` owns a cgroup v1 freezer cgroup for the "unkillable hang" scenario and
@@ -25,7 +25,7 @@ import uuid as uuidlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-BUILD_ROOT = os.path.join(REPO, "tests", "fakes", "build")
+BUILD_ROOT = os.path.join(REPO, "lab", "fakes", "build")
 SOURCES = ("fake_nvml.c", "fake_json.c", "fake_json.h", "nvml_fake.h", "nvidia_smi.c", "build.sh")
 FREEZER_ROOT = "/sys/fs/cgroup/freezer"
 DEFAULT_VERSION = "570.172.08"

@@ -16,7 +16,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "nvidia-smi-health")
-sys.path.insert(0, os.path.join(REPO, "tests", "fakes", "nvml"))
+sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 
 
