@@ -23,7 +23,28 @@ GUARD_BAD = {"verdict": "known_bad", "branch": 570, "driver_version": "570.148.0
              "compute_utils": {"checked": True, "installed": False, "package": "nvidia-compute-utils-570"}}
 
 
-def run_audit(ansible, tmp_path, check=False):
+def security_findings(node):
+    """security.<component> findings for ``node`` from real catalog v2 matches (shared contract shape)."""
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+    entries = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    out = []
+    for component, version, facts in (("container-toolkit", "1.17.7", {"runtime": "runc", "injection_mode": "legacy"}),
+                                      ("gpu-operator", "24.6.1", {"cdi_enabled": False, "runtime": "runc"})):
+        matches = [m for m in catalog_v2.evaluate(entries, component, version, facts)["matches"] if m["kind"] == "security"]
+        out.append({"id": "security.%s" % component, "node": node, "severity": "critical",
+                    "title": "%s %s has published security advisories" % (component, version),
+                    "evidence": {"component": component, "version": version,
+                                 "cves": sorted(set(c for m in matches for c in m["cves"])),
+                                 "max_cvss": max(m["max_cvss"] for m in matches),
+                                 "advisories": [dict((k, m[k]) for k in ("id", "title", "cves", "max_cvss", "severity",
+                                                                         "status", "affected_range", "fixed",
+                                                                         "unknown_conditions", "sources"))
+                                                for m in matches]},
+                    "remediation": {"summary": "upgrade %s" % component}})
+    return out
+
+
+def run_audit(ansible, tmp_path, check=False, cluster_findings=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     report_dir = str(tmp_path / "reports")
     inventory = tmp_path / "inv.yml"
@@ -47,7 +68,8 @@ def run_audit(ansible, tmp_path, check=False):
         ]},
         {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
             {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
-             "vars": {"kubegpu_audit_report_dir": report_dir}}]},
+             "vars": dict({"kubegpu_audit_report_dir": report_dir},
+                          **({"kubegpu_cluster": {"cluster_findings": cluster_findings}} if cluster_findings else {}))}]},
     ]
     res = ansible.playbook(plays, inventory=str(inventory), check=check,
                            env={"ANSIBLE_HOST_KEY_CHECKING": "False"})
@@ -151,3 +173,33 @@ def test_html_report_in_headless_chromium(ansible, tmp_path):
     keep = os.environ.get("KUBEGPU_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_cves_grouped_in_every_format(ansible, tmp_path):
+    """security.* findings (here attached to gpu-bad from the cluster side) reach every report format
+    grouped by CVE: JSON, Markdown, HTML in Chromium, and metrics that promtool accepts."""
+    _res, report_dir = run_audit(ansible, tmp_path, cluster_findings=security_findings("gpu-bad"))
+    report = json.load(open(os.path.join(report_dir, "kubegpu-audit.json")))
+    cves = dict((c["id"], c) for c in report["cves"])
+    assert cves["CVE-2025-23266"]["node_names"] == ["gpu-bad"] and cves["CVE-2025-23266"]["max_cvss"] == 9.0
+    assert cves["CVE-2024-0132"]["components"] == ["gpu-operator"] and cves["CVE-2024-0132"]["fixed"] == {
+        "gpu-operator": ["24.6.2"]}
+    md = open(os.path.join(report_dir, "kubegpu-audit.md")).read()
+    assert "## CVEs across the fleet" in md and "| CVE-2025-23266 | 9.0 | critical | container-toolkit | 1: gpu-bad" in md
+    prom = os.path.join(report_dir, "kubegpu_audit.prom")
+    text = open(prom).read()
+    assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="container-toolkit",severity="critical"} 1' in text
+    if PROMTOOL:
+        with open(prom, "rb") as f:
+            proc = subprocess.run([PROMTOOL, "check", "metrics"], stdin=f, capture_output=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    if CHROMIUM:
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--user-data-dir=%s" % (tmp_path / "chrome-profile")]
+        dom = subprocess.run([CHROMIUM] + flags + ["--dump-dom", "file://" + os.path.join(report_dir, "kubegpu-audit.html")],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        page = dom.stdout
+        assert page.index('id="summary"') < page.index('id="cves"') < page.index('id="matrix"')
+        assert '<tr data-cve="CVE-2025-23266" data-affected-nodes="1">' in page
