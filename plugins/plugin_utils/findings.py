@@ -14,6 +14,7 @@ import math
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import compare_gpus
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
 
 GH = "https://github.com/"
 REF_R570 = [GH + "NVIDIA/gpu-operator/issues/1361", GH + "NVIDIA/go-nvml/issues/152"]
@@ -55,6 +56,8 @@ FINDINGS = {
     "gpu.rma": ("critical", "GPU hardware fault that needs a replacement (RMA candidate)"),
     "gpu.ecc_uncorrectable": ("info", "Uncorrectable GPU memory (ECC) errors"),
 }
+# security.<component>, defect.<component>, fabricmanager.version_mismatch (catalog v2 rules).
+FINDINGS.update(findings_stack.STACK_FINDINGS)
 
 # gpu.xid severity from the action NVIDIA's catalog gives for the worst Xid on the node.
 XID_SEVERITY = {"reboot": "critical", "reset_gpu": "critical", "investigate": "warning",
@@ -456,7 +459,9 @@ def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()
              ("uvm", rule_uvm, ()), ("cgroups", rule_cgroups, ()), ("checkpoint", rule_checkpoint, ()),
              ("memory", rule_memory, (memory_min_fraction,)), ("api_node", rule_api_node, ()),
              ("gpu_presence", rule_gpu_presence, (expected_gpus,)), ("gpu_xid", rule_gpu_xid, ()),
-             ("gpu_health", rule_gpu_health, ()), ("module_failures", rule_module_failures, ()))
+             ("gpu_health", rule_gpu_health, ()), ("catalog", findings_stack.rule_catalog, ()),
+             ("fabricmanager", findings_stack.rule_fabricmanager, ()),
+             ("module_failures", rule_module_failures, ()))
     for name, rule, args in rules:
         try:
             out += rule(ctx, *args)

@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Audit rules over the known-bad catalog v2 (controller side, pure functions).
+
+:func:`rule_catalog` evaluates every NVIDIA component whose version the node (``ctx["nvidia"]``,
+``ctx["stack"]``: the ``nvidia_stack`` facts of kubegpu.fleet.stack_facts) or its view from the
+Kubernetes API (``ctx["api"]["components"]``) knows against ``ctx["catalog"]`` (the entries of
+``catalog_v2.load_catalog``), with condition facts built from the node. It returns one
+``security.<component>`` finding per component with security matches and one
+``defect.<component>`` finding per component other than the driver with defect matches (driver
+defects stay ``driver.known_bad``/``driver.at_risk`` from driver_guard).
+:func:`rule_fabricmanager` returns ``fabricmanager.version_mismatch`` for an NVSwitch node whose
+fabric manager version is not the driver's.
+
+Severity: catalog critical/high -> critical, medium -> warning, low/info -> info; a
+``possibly_affected`` match (a condition fact unknown) one step lower. A missing catalog makes
+both rules return nothing.
+"""
+from __future__ import annotations
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+
+COMPONENTS = ("driver", "container-toolkit", "fabric-manager", "device-plugin", "gpu-operator", "mig-manager")
+API_COMPONENTS = ("device-plugin", "mig-manager", "gpu-operator")
+
+# id -> (lowest severity, title); the instance severity comes from the matches.
+STACK_FINDINGS = {
+    "security.driver": ("info", "NVIDIA driver affected by published security advisories"),
+    "security.container-toolkit": ("info", "NVIDIA Container Toolkit affected by published security advisories"),
+    "security.fabric-manager": ("info", "NVIDIA Fabric Manager affected by published security advisories"),
+    "security.device-plugin": ("info", "NVIDIA device plugin affected by published security advisories"),
+    "security.gpu-operator": ("info", "NVIDIA GPU Operator affected by published security advisories"),
+    "security.mig-manager": ("info", "NVIDIA MIG manager affected by published security advisories"),
+    "defect.container-toolkit": ("info", "NVIDIA Container Toolkit release with a known defect"),
+    "defect.fabric-manager": ("info", "NVIDIA Fabric Manager release with a known defect"),
+    "defect.device-plugin": ("info", "NVIDIA device plugin release with a known defect"),
+    "defect.gpu-operator": ("info", "NVIDIA GPU Operator release with a known defect"),
+    "defect.mig-manager": ("info", "NVIDIA MIG manager release with a known defect"),
+    "fabricmanager.version_mismatch": ("critical", "Fabric manager version differs from the driver's on an "
+                                                   "NVSwitch system (CUDA fails with error 802)"),
+}
+
+ROLES = {"driver": "kubegpu.fleet.driver", "fabric-manager": "kubegpu.fleet.driver",
+         "container-toolkit": "kubegpu.fleet.device_plugin", "device-plugin": "kubegpu.fleet.device_plugin"}
+PACKAGES = {"driver": "the NVIDIA driver", "container-toolkit": "nvidia-container-toolkit",
+            "fabric-manager": "the fabric manager", "device-plugin": "the NVIDIA device plugin",
+            "gpu-operator": "the GPU Operator", "mig-manager": "the MIG manager"}
+SEVERITY = {"critical": "critical", "high": "critical", "medium": "warning", "low": "info", "info": "info"}
+LOWER = {"critical": "warning", "warning": "info", "info": "info"}
+RANK = {"critical": 0, "warning": 1, "info": 2}
+# Entries whose condition is the fabric manager / driver equality: rule_fabricmanager reports
+# them as fabricmanager.version_mismatch, never also as defect.fabric-manager.
+MISMATCH_CONDITION = "fabric_manager_matches_driver"
+
+
+def _d(value):
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value):
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _str(value):
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _upstream(version):
+    """Package version -> upstream (``3:570.172.08-0ubuntu1`` -> ``570.172.08``)."""
+    v = _str(version)
+    if v is None:
+        return None
+    if ":" in v:
+        v = v.split(":", 1)[1]
+    return v.split("-", 1)[0].strip()
+
+
+def driver_version(ctx):
+    nv = _d(ctx.get("nvidia"))
+    return _str(nv.get("driver_version")) or _str(_d(ctx.get("driver_guard")).get("driver_version"))
+
+
+def fabric_manager_matches(ctx):
+    """True/False when both the fabric manager and the driver version are known, else None."""
+    fm = _d(_d(ctx.get("stack")).get("fabric_manager"))
+    fmv, drv = _upstream(fm.get("version")) if fm.get("installed") else None, _upstream(driver_version(ctx))
+    if fmv is None or drv is None:
+        return None
+    return fmv == drv
+
+
+def condition_facts(ctx):
+    """Catalog condition facts (catalog_v2.CONDITIONS) from the node and its API view; a fact
+    nothing tells is left out (unknown)."""
+    nv = _d(ctx.get("nvidia"))
+    stack = _d(ctx.get("stack"))
+    tk = _d(stack.get("container_toolkit"))
+    api = _d(ctx.get("api"))
+    comps = _d(api.get("components"))
+    facts = {}
+    gpus = _l(nv.get("gpus"))
+    if isinstance(nv.get("mig_enabled"), bool):
+        facts["mig_enabled"] = nv["mig_enabled"]
+    elif gpus:
+        facts["mig_enabled"] = any(_d(g.get("mig_mode")).get("current") == "enabled" for g in gpus)
+    if isinstance(nv.get("mig_mixed"), bool):
+        facts["mig_mixed"] = nv["mig_mixed"]
+    names = sorted(set(g.get("name") for g in gpus if _str(g.get("name"))))
+    if names:
+        facts["gpu_model"] = names
+    if tk.get("installed") and tk.get("injection_mode") in ("legacy", "cdi"):
+        facts["injection_mode"] = tk["injection_mode"]
+    if tk.get("installed") and _str(tk.get("runtime")):
+        facts["runtime"] = tk["runtime"]
+    nvs = _d(stack.get("nvswitch"))
+    if isinstance(nvs.get("present"), bool):
+        facts["nvswitch"] = nvs["present"]
+    if stack.get("kernel_modules") in ("open", "proprietary"):
+        facts["kernel_modules"] = stack["kernel_modules"]
+    match = fabric_manager_matches(ctx)
+    if match is not None:
+        facts[MISMATCH_CONDITION] = match
+    dp = _d(comps.get("device-plugin"))
+    if _str(dp.get("mig_strategy")):
+        facts["mig_strategy"] = dp["mig_strategy"]
+    dls = dp.get("device_list_strategy")
+    if isinstance(dls, list) and dls:
+        facts["device_list_strategy"] = [s for s in dls if isinstance(s, str)]
+    elif _str(dls):
+        facts["device_list_strategy"] = [s.strip() for s in dls.split(",") if s.strip()]
+    gop = _d(comps.get("gpu-operator"))
+    if isinstance(gop.get("cdi_enabled"), bool):
+        facts["cdi_enabled"] = gop["cdi_enabled"]
+    if isinstance(gop.get("driver_preinstalled"), bool):
+        facts["driver_preinstalled"] = gop["driver_preinstalled"]
+    for key in ("container_runtime", "k8s_distribution", "os"):
+        if _str(api.get(key)):
+            facts[key] = api[key]
+    if isinstance(api.get("rdma"), bool):
+        facts["rdma"] = api["rdma"]
+    return dict((k, v) for k, v in facts.items() if k in catalog_v2.CONDITIONS)
+
+
+def component_versions(ctx):
+    """{component: version} of every component the node or its API view knows."""
+    out = {}
+    drv = driver_version(ctx)
+    if drv:
+        out["driver"] = drv
+    stack = _d(ctx.get("stack"))
+    tk = _d(stack.get("container_toolkit"))
+    if tk.get("installed") and _str(tk.get("version")):
+        out["container-toolkit"] = tk["version"]
+    fm = _d(stack.get("fabric_manager"))
+    if fm.get("installed") and _str(fm.get("version")):
+        out["fabric-manager"] = fm["version"]
+    comps = _d(_d(ctx.get("api")).get("components"))
+    for comp in API_COMPONENTS:
+        v = _str(_d(comps.get(comp)).get("version"))
+        if v:
+            out[comp] = v
+    return out
+
+
+def _severity(match):
+    sev = SEVERITY.get(match.get("severity"), "warning")
+    return LOWER[sev] if match.get("status") == "possibly_affected" else sev
+
+
+def _advisory(m):
+    return {"id": m["id"], "title": m.get("title"), "cves": list(m.get("cves") or []),
+            "max_cvss": m.get("max_cvss"), "severity": m.get("severity"), "status": m.get("status"),
+            "affected_range": m.get("affected_range"), "fixed": m.get("fixed"),
+            "unknown_conditions": list(m.get("unknown_conditions") or []), "sources": list(m.get("sources") or [])}
+
+
+def _highest_fixed(component, matches):
+    scheme = catalog_v2.COMPONENT_SCHEMES[component]
+    best = None
+    for m in matches:
+        if not m.get("fixed"):
+            continue
+        try:
+            v = catalog_v2.parse_version(scheme, m["fixed"])
+        except catalog_v2.CatalogError:
+            continue
+        if best is None or v > best[0]:
+            best = (v, m["fixed"])
+    return best[1] if best else None
+
+
+def _finding(fid, component, version, matches):
+    cves = sorted(set(c for m in matches for c in (m.get("cves") or [])))
+    scores = [m["max_cvss"] for m in matches if isinstance(m.get("max_cvss"), (int, float))]
+    severity = min((_severity(m) for m in matches), key=lambda s: RANK[s])
+    target = _highest_fixed(component, matches)
+    what = PACKAGES.get(component, component)
+    if target:
+        summary = "upgrade %s %s to %s or later" % (what, version, target)
+    else:
+        summary = "no fixed release is known for %s %s: follow the advisories' remediation" % (what, version)
+    mitigations = [m["mitigation"] for m in matches if _str(m.get("mitigation"))]
+    if mitigations:
+        summary += "; where the upgrade is not allowed: see the advisories' mitigation"
+    remediation = {"summary": summary, "fixed": dict((m["id"], m.get("fixed")) for m in matches)}
+    if ROLES.get(component):
+        remediation["role"] = ROLES[component]
+    refs = []
+    for m in matches:
+        for s in m.get("sources") or []:
+            if s not in refs:
+                refs.append(s)
+    title = STACK_FINDINGS[fid][1]
+    return {"id": fid, "severity": severity, "title": title,
+            "evidence": {"component": component, "version": version, "cves": cves,
+                         "max_cvss": max(scores) if scores else None,
+                         "advisories": [_advisory(m) for m in matches],
+                         "mitigations": dict((m["id"], m["mitigation"]) for m in matches
+                                             if _str(m.get("mitigation")))},
+            "remediation": remediation, "references": refs}
+
+
+def _catalog(ctx):
+    catalog = ctx.get("catalog")
+    return catalog if isinstance(catalog, list) and catalog else None
+
+
+def rule_catalog(ctx):
+    """security.<component> and defect.<component> findings (see the module docstring)."""
+    ctx = _d(ctx)
+    catalog = _catalog(ctx)
+    if catalog is None:
+        return []
+    facts = condition_facts(ctx)
+    by_id = dict((e.get("id"), e) for e in catalog if isinstance(e, dict))
+    out = []
+    for component, version in sorted(component_versions(ctx).items(), key=lambda kv: COMPONENTS.index(kv[0])):
+        try:
+            result = catalog_v2.evaluate(catalog, component, version, facts)
+        except catalog_v2.CatalogError:
+            continue  # a version that does not parse in the component's scheme matches nothing
+        security = [m for m in result["matches"] if m["kind"] == "security"]
+        defects = [m for m in result["matches"] if m["kind"] == "defect" and component != "driver"
+                   and MISMATCH_CONDITION not in _conditions_of(by_id.get(m["id"]))]
+        norm = result["matches"][0]["version"] if result["matches"] else version
+        if security:
+            f = _finding("security.%s" % component, component, norm, security)
+            if component == "container-toolkit":
+                # features.disable-cuda-compat-lib-hook (bulletin 5659's mitigation for
+                # CVE-2025-23266 in legacy mode; reported bypassable): evidence, not a verdict.
+                f["evidence"]["cuda_compat_hook_disabled"] = _d(_d(ctx.get("stack")).get(
+                    "container_toolkit")).get("cuda_compat_hook_disabled")
+            out.append(f)
+        if defects:
+            out.append(_finding("defect.%s" % component, component, norm, defects))
+    return out
+
+
+def _conditions_of(entry):
+    entry = _d(entry)
+    keys = set(_d(entry.get("conditions")))
+    for item in _l(entry.get("affected")):
+        keys |= set(_d(item.get("conditions")))
+    return keys
+
+
+def rule_fabricmanager(ctx):
+    """fabricmanager.version_mismatch: NVSwitches present and the fabric manager's version is
+    not the driver's (both known). Cites the fabric-manager catalog entries on that condition."""
+    ctx = _d(ctx)
+    catalog = _catalog(ctx)
+    if catalog is None:
+        return []
+    stack = _d(ctx.get("stack"))
+    nvs = _d(stack.get("nvswitch"))
+    if nvs.get("present") is not True or fabric_manager_matches(ctx) is not False:
+        return []
+    fm = _d(stack.get("fabric_manager"))
+    entries = [e for e in catalog if isinstance(e, dict) and e.get("component") == "fabric-manager"
+               and MISMATCH_CONDITION in _conditions_of(e)]
+    refs = []
+    for e in entries:
+        for s in _l(e.get("sources")):
+            if _str(s.get("url")) and s["url"] not in refs:
+                refs.append(s["url"])
+    drv = _upstream(driver_version(ctx))
+    return [{"id": "fabricmanager.version_mismatch", "severity": "critical",
+             "title": STACK_FINDINGS["fabricmanager.version_mismatch"][1],
+             "evidence": {"driver_version": drv, "fabric_manager_version": _upstream(fm.get("version")),
+                          "fabric_manager_package": fm.get("package"),
+                          "fabric_manager_service": fm.get("service"),
+                          "nvswitch_count": nvs.get("count"), "nvswitch_bus_ids": nvs.get("bus_ids"),
+                          "catalog_entries": [e.get("id") for e in entries]},
+             "remediation": {"summary": "install the fabric manager at exactly the driver's version %s (move "
+                                        "both in lockstep, hold both), then restart nvidia-fabricmanager" % drv,
+                             "role": "kubegpu.fleet.driver",
+                             "vars": {"kubegpu_driver_version": drv} if drv else {}},
+             "references": refs}]
