@@ -17,16 +17,18 @@ description:
     Pods, DaemonSets and Deployments of every namespace and the GPU Operator's ClusterPolicies (one
     list call each) and the events of each pod bound to a node but still Pending. A ClusterPolicy
     list answered 404 (no CRD) means no GPU Operator; a 403 on Deployments or ClusterPolicies leaves
-    the operator facts unknown and is noted in C(cluster.notes).
+    the operator facts unknown and is noted in C(cluster.notes). The connection options and their
+    C(K8S_AUTH_*) environment variables are those of C(kubernetes.core) and are resolved the same
+    way, so C(module_defaults) for C(group/kubegpu.fleet.k8s) and C(group/kubernetes.core.k8s)
+    configure it and C(kubernetes.core) tasks alike.
   - Each node's view has C(components), the NVIDIA stack seen from the API - C(device-plugin)
     (version, image, C(mig_strategy), C(device_list_strategy)), C(mig-manager) (version, image) and
-    C(gpu-operator) (version, C(cdi_enabled), C(mig_strategy), C(driver_enabled)) - a key only for
-    what runs on or manages the node; the audit evaluates them against the known-bad catalog. The connection options and their C(K8S_AUTH_*) environment
-    variables are those of C(kubernetes.core) and are resolved the same way, so
-    C(module_defaults) for C(group/kubegpu.fleet.k8s) and C(group/kubernetes.core.k8s) configure
-    it and C(kubernetes.core) tasks alike.
+    C(gpu-operator) (version, C(cdi_enabled), C(mig_strategy), C(driver_enabled),
+    C(driver_preinstalled)) - a key only for what runs on or manages the node; the audit evaluates
+    them against the known-bad catalog.
   - With O(nodes) it only turns the results of M(kubernetes.core.k8s_info) passed in (nodes,
-    pods, device plugin DaemonSets, events) into the view, and never connects anywhere.
+    pods, device plugin DaemonSets, events, Deployments, ClusterPolicies) into the view, and never
+    connects anywhere.
   - Runs on the controller only; it never connects to a host.
 requirements:
   - kubernetes >= 24.2.0 (Python, on the controller; only to read the API)

@@ -402,6 +402,9 @@ def gpu_operator_component(operator):
             "cdi_enabled": policy.get("cdi_enabled"),
             "mig_strategy": policy.get("mig_strategy"),
             "driver_enabled": policy.get("driver_enabled"),
+            # catalog condition driver_preinstalled: the operator does not install the driver
+            "driver_preinstalled": (not policy["driver_enabled"]) if isinstance(policy.get("driver_enabled"), bool)
+            else None,
             "cluster_policy": policy.get("name")}
 
 
@@ -450,7 +453,8 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     ``components`` (the NVIDIA stack seen from the API, a key only for what runs on or manages
     the node): ``device-plugin`` (version, image, mig_strategy, device_list_strategy, pod) of the
     device plugin pod on the node, ``mig-manager`` (version, image, pod) of the k8s-mig-manager pod,
-    ``gpu-operator`` (version, image, cdi_enabled, mig_strategy, driver_enabled, cluster_policy)
+    ``gpu-operator`` (version, image, cdi_enabled, mig_strategy, driver_enabled, driver_preinstalled,
+    cluster_policy)
     when the node runs an operand of the GPU Operator (a pod in the operator's namespace or of a
     DaemonSet owned by a ClusterPolicy). Versions are the image tags in the catalog's version text;
     an image without a tag, with only a digest or a tag that is no version gives ``version`` None.

@@ -23,6 +23,7 @@ from kubegpu_lab.apidouble.patch import strategic_merge_patch  # noqa: E402
 from kubegpu_lab.apidouble.selectors import parse_label_selector  # noqa: E402
 from kubegpu_lab.apidouble.store import Context, Store  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PDB_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 RS_UID = "5e1b6c7a-0000-4000-8000-000000000001"
 DS_NAME = "nvidia-device-plugin-daemonset"
@@ -954,3 +955,124 @@ def test_bad_seed_is_refused_with_a_clear_message(tmp_path):
         proc.start(timeout=20)
     assert "Bad_Name" in str(err.value) and "RFC 1123" in str(err.value)
     assert proc.proc.returncode not in (0, None)
+
+
+# --- custom resources: the GPU Operator's ClusterPolicy ----------------------------------------
+
+CLUSTER_POLICY_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterpolicies.nvidia.com"},
+    "spec": {"group": "nvidia.com", "scope": "Cluster",
+             "names": {"kind": "ClusterPolicy", "listKind": "ClusterPolicyList", "plural": "clusterpolicies",
+                       "singular": "clusterpolicy"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]}}
+CLUSTER_POLICY = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+                  "spec": {"cdi": {"enabled": True, "default": False}, "mig": {"strategy": "mixed"},
+                           "devicePlugin": {"version": "v0.17.2"}, "migManager": {"version": "v0.12.1"}},
+                  "status": {"state": "ready"}}
+GPU_OPERATOR = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "gpu-operator", "namespace": "gpu-operator"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gpu-operator"}},
+                         "template": {"metadata": {"labels": {"app": "gpu-operator"}},
+                                      "spec": {"containers": [{"name": "gpu-operator",
+                                                               "image": "nvcr.io/nvidia/gpu-operator:v25.3.1"}]}}}}
+
+
+def test_custom_resource_is_served_only_while_its_crd_exists(tmp_path):
+    store = Store(str(tmp_path / "s"))
+    policies = resources.find("nvidia.com", "v1", "clusterpolicies")
+    crds = resources.find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    try:
+        assert not resources.served(policies, store.crd_names())
+        assert "nvidia.com" not in [g["name"] for g in resources.api_group_list_doc(store.crd_names())["groups"]]
+        with pytest.raises(ValueError, match='no matches for kind "ClusterPolicy" in version "nvidia.com/v1"'):
+            store.load_objects([CLUSTER_POLICY])
+        bad = dict(CLUSTER_POLICY_CRD, metadata={"name": "policies.nvidia.com"})
+        with pytest.raises(ApiError) as err:
+            store.create(Context(actor="api"), crds, None, bad)
+        assert err.value.code == 422 and "spec.names.plural" in err.value.message
+        store.load_objects([CLUSTER_POLICY_CRD, CLUSTER_POLICY])
+        crd = store.get(crds, None, "clusterpolicies.nvidia.com")
+        assert [c["type"] for c in crd["status"]["conditions"]] == ["NamesAccepted", "Established"]
+        assert store.crd_names() == {"clusterpolicies.nvidia.com"}
+        assert resources.resource_list_doc("nvidia.com", "v1", store.crd_names())["resources"][0]["name"] == \
+            "clusterpolicies"
+        assert store.list(policies)["items"][0]["spec"]["cdi"]["enabled"] is True
+        store.delete(Context(actor="api"), crds, None, "clusterpolicies.nvidia.com", {})
+        assert store.crd_names() == set() and store.list(policies)["items"] == []
+    finally:
+        store.close()
+
+
+def test_gpu_operator_reads_through_the_collections_k8s_layer(api_double_factory, kubectl):
+    """audit_cluster's reads: a ClusterPolicy list is 404 without the CRD (no operator, not an error),
+    then the Deployment and ClusterPolicy once they exist; kubectl discovers the custom resource."""
+    from ansible_collections.kubegpu.fleet.plugins.action.audit_cluster import read_gpu_operator
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
+
+    proc = api_double_factory(seed=cluster())
+    client = k8s_client.connect({"kubeconfig": proc.kubeconfig}, environ={})
+    got, calls, notes = read_gpu_operator(client)
+    assert got == {"deployments": [], "cluster_policies": [], "cluster_policy_crd": False}
+    assert calls == 2 and notes == []
+    assert proc.client.reads(resource="clusterpolicies") == []  # a 404 is no served list
+
+    proc.client.load([CLUSTER_POLICY_CRD, CLUSTER_POLICY, GPU_OPERATOR])
+    got, _calls, _notes = read_gpu_operator(client)
+    assert [r["verb"] for r in proc.client.reads(resource="clusterpolicies")] == ["list"]
+    assert got["cluster_policy_crd"] is True
+    assert [d["metadata"]["name"] for d in got["deployments"]] == ["gpu-operator"]
+    assert got["cluster_policies"][0]["spec"]["mig"]["strategy"] == "mixed"
+    objects = service.read_cluster(client)
+    view = cl.cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"], **got)
+    comps = view["nodes"]["gpu-0"]["components"]
+    assert comps["gpu-operator"]["version"] == "25.3.1" and comps["gpu-operator"]["cdi_enabled"] is True
+    assert comps["device-plugin"]["image"].startswith("nvcr.io/nvidia/k8s-device-plugin:")
+    kc = kubectl(proc)
+    listed = json.loads(kc("get", "clusterpolicies", "-o", "json").stdout)
+    assert [p["metadata"]["name"] for p in listed["items"]] == ["cluster-policy"]
+
+
+def test_demo_fleet_seeding_gives_security_findings_for_every_cluster_component(tmp_path):
+    """The demo profile's cluster objects, served by the double, read into the cluster view and judged
+    by the catalog rules: device plugin, MIG manager and GPU Operator each have a security finding."""
+    from kubegpu_lab import profiles
+    from kubegpu_lab.lab import Lab
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
+
+    profile = profiles.load_profile("demo")
+    store = Store(str(tmp_path / "s"))
+    try:
+        store.load_objects([node(n["name"], labels={"kubegpu.io/pool": n["pool"]}) for n in profile["nodes"]])
+        store.load_objects(Lab.seed_docs(Lab.__new__(Lab), profile))
+        objs = dict((key, store.list(resources.find(group, "v1", plural))["items"]) for key, group, plural in (
+            ("nodes", "", "nodes"), ("pods", "", "pods"), ("daemonsets", "apps", "daemonsets"),
+            ("deployments", "apps", "deployments"), ("cluster_policies", "nvidia.com", "clusterpolicies")))
+    finally:
+        store.close()
+    view = cl.cluster_view(objs["nodes"], objs["pods"], objs["daemonsets"], [], deployments=objs["deployments"],
+                           cluster_policies=objs["cluster_policies"], cluster_policy_crd=True)
+    assert view["malformed"] == []
+    catalog = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    stack = {"container_toolkit": {"installed": True, "version": "1.17.8", "runtime": "runc",
+                                   "injection_mode": "legacy"}}
+    seen = {}
+    for name, api in view["nodes"].items():
+        assert sorted(api["components"]) == ["device-plugin", "gpu-operator", "mig-manager"], name
+        for f in findings_stack.rule_catalog({"api": api, "catalog": catalog, "stack": stack}):
+            if f["id"] in ("security.device-plugin", "security.gpu-operator", "security.mig-manager"):
+                seen.setdefault(f["id"], []).append(name)
+                assert "CVE-2025-23266" in f["evidence"]["cves"], f
+    assert sorted(seen) == ["security.device-plugin", "security.gpu-operator", "security.mig-manager"]
+    assert len(seen["security.gpu-operator"]) == len(profile["nodes"]) == len(seen["security.mig-manager"])
+    # the legacy pool's v0.14.5 uses the default envvar strategy: out of the CDI advisories' scope
+    assert "gpu-cpumanager" not in seen["security.device-plugin"]
+    summary = view["components"]
+    assert [v["version"] for v in summary["device-plugin"]["versions"]] == ["0.17.2", "0.14.5"]
+    assert summary["gpu-operator"]["versions"][0]["version"] == "25.3.1"

@@ -6,7 +6,7 @@ ALL_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 class ResourceType(object):
     def __init__(self, group, version, plural, singular, kind, namespaced, short_names=(),
                  categories=(), subresources=None, status=True, generation=False,
-                 verbs=None, field_selectors=()):
+                 verbs=None, field_selectors=(), crd=None):
         self.group = group
         self.version = version
         self.plural = plural
@@ -22,6 +22,9 @@ class ResourceType(object):
         self.generation = generation
         self.verbs = list(verbs or ALL_VERBS)
         self.field_selectors = ("metadata.name", "metadata.namespace") + tuple(field_selectors)
+        # A custom resource: served (paths, discovery, seeding) only while the CustomResourceDefinition
+        # of this name is stored, as kube-apiserver serves a CRD's resource only once it exists.
+        self.crd = crd
 
     @property
     def api_version(self):
@@ -69,9 +72,31 @@ RESOURCES = [
     ResourceType("events.k8s.io", "v1", "events", "event", "Event", True, ["ev"], status=False,
                  field_selectors=EVENT_FIELDS),
     ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease", True, status=False),
+    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
+                 "CustomResourceDefinition", False, ["crd", "crds"], ["api-extensions"], generation=True),
+    # NVIDIA GPU Operator (deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml): cluster-scoped,
+    # status subresource, short name none; served only once its CRD is created.
+    ResourceType("nvidia.com", "v1", "clusterpolicies", "clusterpolicy", "ClusterPolicy", False,
+                 generation=True, crd="clusterpolicies.nvidia.com"),
 ]
 
-GROUP_ORDER = ["apps", "events.k8s.io", "policy", "coordination.k8s.io"]
+GROUP_ORDER = ["apps", "events.k8s.io", "policy", "coordination.k8s.io", "apiextensions.k8s.io", "nvidia.com"]
+
+
+def served(rtype, crds=()):
+    """True when the double serves ``rtype`` now: built-in types always, custom ones while their CRD
+    (a name in ``crds``) exists."""
+    return rtype is not None and (rtype.crd is None or rtype.crd in crds)
+
+
+def crd_resource(crd):
+    """The custom resource type a CustomResourceDefinition object describes, if the double knows it."""
+    spec = (crd or {}).get("spec") or {}
+    names = spec.get("names") or {}
+    for rtype in RESOURCES:
+        if rtype.crd and rtype.group == spec.get("group") and rtype.plural == names.get("plural"):
+            return rtype
+    return None
 
 
 def find(group, version, plural):
@@ -95,11 +120,11 @@ def by_key(key):
     return None
 
 
-def group_versions():
-    """[(group, version)] for /apis, in a stable order."""
+def group_versions(crds=()):
+    """[(group, version)] for /apis, in a stable order (custom groups only while their CRD exists)."""
     out = []
     for group in GROUP_ORDER:
-        versions = sorted(set(r.version for r in RESOURCES if r.group == group))
+        versions = sorted(set(r.version for r in RESOURCES if r.group == group and served(r, crds)))
         for version in versions:
             out.append((group, version))
     return out
@@ -110,29 +135,29 @@ def api_versions_doc(server_address):
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
 
 
-def api_group_list_doc():
+def api_group_list_doc(crds=()):
     groups = []
     seen = []
-    for group, version in group_versions():
+    for group, version in group_versions(crds):
         if group in seen:
             continue
         seen.append(group)
         versions = [{"groupVersion": "%s/%s" % (group, v), "version": v}
-                    for g, v in group_versions() if g == group]
+                    for g, v in group_versions(crds) if g == group]
         groups.append({"name": group, "versions": versions, "preferredVersion": versions[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def api_group_doc(group):
-    versions = [{"groupVersion": "%s/%s" % (group, v), "version": v} for g, v in group_versions() if g == group]
+def api_group_doc(group, crds=()):
+    versions = [{"groupVersion": "%s/%s" % (group, v), "version": v} for g, v in group_versions(crds) if g == group]
     if not versions:
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions,
             "preferredVersion": versions[0]}
 
 
-def resource_list_doc(group, version):
-    members = [r for r in RESOURCES if r.group == group and r.version == version]
+def resource_list_doc(group, version, crds=()):
+    members = [r for r in RESOURCES if r.group == group and r.version == version and served(r, crds)]
     if not members:
         return None
     resources = []
@@ -160,23 +185,23 @@ def _gv_path(group, version):
     return "api/%s" % version if not group else "apis/%s/%s" % (group, version)
 
 
-def openapi_v3_root():
+def openapi_v3_root(crds=()):
     """/openapi/v3: where each group-version's document lives (what kubectl's openapi3 client reads)."""
     paths = {}
-    for group, version in [("", "v1")] + group_versions():
+    for group, version in [("", "v1")] + group_versions(crds):
         path = _gv_path(group, version)
         paths[path] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (path, "kubegpu-apidouble-1")}
     return {"paths": paths}
 
 
-def openapi_v3_doc(path):
+def openapi_v3_doc(path, crds=()):
     """A deliberately small OpenAPI v3 document: the operations with their GVK and query parameters.
 
     Enough for kubectl's query-parameter verifier (it sends ``fieldValidation`` to servers that
     declare it). No schemas: kubectl explain has nothing to show, and apply falls back to its
     compiled-in types for the patch computation.
     """
-    for group, version in [("", "v1")] + group_versions():
+    for group, version in [("", "v1")] + group_versions(crds):
         if _gv_path(group, version) == path.strip("/"):
             break
     else:
@@ -185,7 +210,7 @@ def openapi_v3_doc(path):
               for n in ("dryRun", "fieldManager", "fieldValidation", "pretty")]
     paths = {}
     for r in RESOURCES:
-        if r.group != group or r.version != version:
+        if r.group != group or r.version != version or not served(r, crds):
             continue
         gvk = {"group": group, "version": version, "kind": r.kind}
         base = "/" + path.strip("/")

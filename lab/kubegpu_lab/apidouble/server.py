@@ -421,8 +421,8 @@ class Handler(BaseHTTPRequestHandler):
                 namespace = rest[1]
                 rest = rest[2:]
         rtype = resources.find(group, version, rest[0])
-        if rtype is None or len(rest) > 3:
-            return req
+        if rtype is None or len(rest) > 3 or not resources.served(rtype, self.server.store.crd_names()):
+            return req  # a custom resource whose CRD is absent: 404 like any unknown path
         if namespace is None and rtype.namespaced and len(rest) > 1:
             return req  # /api/v1/pods/NAME is not a path
         req.update({"kind": "resource", "rtype": rtype, "resource": rtype.plural, "resource_key": rtype.key,
@@ -516,6 +516,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _nonresource(self, path):
         parts = path.strip("/").split("/")
+        crds = self.server.store.crd_names()
         if path == "/version":
             return self._send_json(200, version_doc(self.server.kube_version))
         if path in ("/healthz", "/livez", "/readyz"):
@@ -531,19 +532,19 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/api/v1":
             return self._send_json(200, resources.resource_list_doc("", "v1"))
         if path == "/apis":
-            return self._send_json(200, resources.api_group_list_doc())
+            return self._send_json(200, resources.api_group_list_doc(crds))
         if path == "/openapi/v3":
-            return self._send_json(200, resources.openapi_v3_root())
+            return self._send_json(200, resources.openapi_v3_root(crds))
         if path.startswith("/openapi/v3/"):
-            doc = resources.openapi_v3_doc(path[len("/openapi/v3/"):])
+            doc = resources.openapi_v3_doc(path[len("/openapi/v3/"):], crds)
             if doc is not None:
                 return self._send_json(200, doc)
         if parts[0] == "apis" and len(parts) == 2:
-            doc = resources.api_group_doc(parts[1])
+            doc = resources.api_group_doc(parts[1], crds)
             if doc is not None:
                 return self._send_json(200, doc)
         if parts[0] == "apis" and len(parts) == 3:
-            doc = resources.resource_list_doc(parts[1], parts[2])
+            doc = resources.resource_list_doc(parts[1], parts[2], crds)
             if doc is not None:
                 return self._send_json(200, doc)
         raise not_found_path()

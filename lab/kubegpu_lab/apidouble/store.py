@@ -354,6 +354,13 @@ class Store(ControllersMixin):
 
     # --- reads ------------------------------------------------------------------------------
 
+    def crd_names(self):
+        """Names of the CustomResourceDefinitions stored and not being deleted."""
+        crd_type = resources.find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        with self.lock:
+            return set(o["metadata"]["name"] for o in self._objects(crd_type)
+                       if not o["metadata"].get("deletionTimestamp"))
+
     def get(self, rtype, namespace, name):
         with self.lock:
             obj = self._get(rtype, namespace, name)
@@ -450,6 +457,20 @@ class Store(ControllersMixin):
                                    % json.dumps(tmpl_labels, sort_keys=True)))
             if not ((spec.get("template") or {}).get("spec") or {}).get("containers"):
                 causes.append(("spec.template.spec.containers", "Required value"))
+        elif rtype.plural == "customresourcedefinitions":
+            names = spec.get("names") or {}
+            if not names.get("plural"):
+                causes.append(("spec.names.plural", "Required value"))
+            if not names.get("kind"):
+                causes.append(("spec.names.kind", "Required value"))
+            if not spec.get("group"):
+                causes.append(("spec.group", "Required value"))
+            if spec.get("scope") not in ("Cluster", "Namespaced"):
+                causes.append(("spec.scope", 'Unsupported value: "%s": supported values: "Cluster", "Namespaced"'
+                               % (spec.get("scope") or "")))
+            if names.get("plural") and spec.get("group") and name != "%s.%s" % (names["plural"], spec["group"]):
+                causes.append(("metadata.name", 'Invalid value: "%s": must be spec.names.plural+"."+spec.group'
+                               % name))
         elif rtype.plural == "poddisruptionbudgets":
             if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
                 causes.append(("spec", "Invalid value: minAvailable and maxUnavailable cannot be both set"))
@@ -502,6 +523,17 @@ class Store(ControllersMixin):
             obj.setdefault("status", {})["phase"] = "Active"
         elif rtype.plural == "nodes":
             obj.setdefault("spec", {})
+        elif rtype.plural == "customresourcedefinitions":
+            status = obj.setdefault("status", {})
+            if not status.get("conditions"):
+                status["conditions"] = [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                     "message": "no conflicts found", "lastTransitionTime": iso()},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                     "message": "the initial names have been accepted", "lastTransitionTime": iso()}]
+            status.setdefault("acceptedNames", dict((spec or {}).get("names") or {}))
+            status.setdefault("storedVersions", [v.get("name") for v in (spec or {}).get("versions") or []
+                                                 if isinstance(v, dict) and v.get("storage")])
         elif rtype.plural == "events" and rtype.group == "":
             obj.setdefault("involvedObject", {})
             obj.setdefault("reportingComponent", "")
@@ -634,6 +666,10 @@ class Store(ControllersMixin):
                 rtype = resources.by_kind(doc.get("apiVersion", ""), doc.get("kind", ""))
                 if rtype is None:
                     raise ValueError("unsupported object %s/%s" % (doc.get("apiVersion"), doc.get("kind")))
+                if not resources.served(rtype, self.crd_names()):
+                    # kubectl's message for a kind whose CRD is not installed
+                    raise ValueError('no matches for kind "%s" in version "%s" (create the CustomResourceDefinition '
+                                     '%s first)' % (rtype.kind, rtype.api_version, rtype.crd))
                 md = doc.get("metadata") or {}
                 namespace = md.get("namespace") or ("default" if rtype.namespaced else None)
                 if rtype.namespaced:
@@ -831,6 +867,11 @@ class Store(ControllersMixin):
         final = self._remove(rtype, obj)
         if rtype.plural == "nodes":
             self._pods_gc_for_node(md["name"])
+        if rtype.plural == "customresourcedefinitions":
+            custom = resources.crd_resource(obj)
+            if custom is not None:  # kube-apiserver removes a CRD's objects with it
+                for cr in list(self._objects(custom)):
+                    self._remove(custom, cr)
         return final, True
 
     def delete(self, ctx, rtype, namespace, name, options):

@@ -91,7 +91,7 @@ def test_device_plugin_mig_manager_and_operator_facts_per_node():
     assert a["mig-manager"]["version"] == "0.12.1" and "mig-manager" not in b
     assert a["gpu-operator"] == {"version": "25.3.1", "image": "nvcr.io/nvidia/gpu-operator:v25.3.1",
                                  "cdi_enabled": True, "mig_strategy": "single", "driver_enabled": True,
-                                 "cluster_policy": "cluster-policy"}
+                                 "driver_preinstalled": False, "cluster_policy": "cluster-policy"}
     assert c == {}  # no operand of the operator runs there
     summary = view["components"]
     assert summary["device-plugin"]["nodes"] == 2
