@@ -123,6 +123,7 @@ class Node(object):
             "faults": spec["faults"], "runtime": spec["runtime"],
             "kubelet_version": spec["kubelet"]["version"], "labels": node_labels(spec),
             "xid": spec.get("xid_events", []),
+            "nvswitches": spec.get("nvswitch", {}).get("count", 0),
         }
         self.put("/etc/kubegpu-lab/node.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         self.put("/var/lib/kubelet/config.yaml", yaml.safe_dump(kubelet_config(spec), sort_keys=False))
@@ -151,6 +152,21 @@ class Node(object):
         pkgs = packages_list(spec, catalog)
         if pkgs:
             self.apt_install(pkgs)
+        self.configure_toolkit(spec)
+
+    def configure_toolkit(self, spec):
+        """After the packages: the toolkit's injection mode (``runtime.toolkit_mode``, an edit of
+        the installed config.toml as ``nvidia-ctk config --set`` makes) and a CDI spec in
+        /etc/cdi (``runtime.cdi_spec``)."""
+        from .profiles import cdi_spec_text, toolkit_config_text
+        rt = spec["runtime"]
+        conf = "/etc/nvidia-container-runtime/config.toml"
+        if rt.get("toolkit_mode"):
+            with open(self.p(conf)) as f:
+                text = f.read()
+            self.put(conf, toolkit_config_text(text, rt["toolkit_mode"]))
+        if rt.get("cdi_spec"):
+            self.put("/etc/cdi/nvidia.yaml", cdi_spec_text(spec["gpus"]["count"]))
 
     def install_boot(self, boot, machine_id):
         """Installed kernels in /boot as the profile's distribution lays them out, around the

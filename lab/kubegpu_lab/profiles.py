@@ -31,7 +31,8 @@ BUILTIN_DEFAULTS = {
                "modprobe": True, "fabric_manager": None},
     "uvm": "boot",
     "dev_char_symlinks": True,
-    "runtime": {"nvidia_hook": True},
+    "runtime": {"nvidia_hook": True, "toolkit_mode": None, "cdi_spec": False},
+    "nvswitch": {"count": 0},
     "kubelet": {"version": "v1.31.4", "verbosity": 4, "flags": [], "config": {}},
     "faults": {"gpu_uuids_change_on_reboot": False},
     "setup": {"reboots": 0},
@@ -208,6 +209,7 @@ def validate_node(node, where):
     if fm not in (None, False, "same") and not re.match(r"^\d+\.\d+(\.\d+)?$", str(fm)):
         raise LabError("%s: node %s: driver.fabric_manager must be null, same or a driver version, not %r"
                        % (where, name, fm))
+    _validate_stack(node, where)
     kcfg = node["kubelet"].get("config")
     if not isinstance(kcfg, dict):
         raise LabError("%s: node %s: kubelet.config must be a mapping" % (where, name))
@@ -219,6 +221,72 @@ def validate_node(node, where):
     problem = bootfs.validate(node.get("boot"), where, name)
     if problem:
         raise LabError(problem)
+
+
+TOOLKIT_MODES = ("legacy", "cdi", "auto", "jit-cdi")
+
+
+def _validate_stack(node, where):
+    """``nvswitch.count`` (NVSwitches on the PCI bus, 0..12), ``runtime.toolkit_mode`` (null:
+    the package's config.toml as installed; else nvidia-container-runtime.mode is set to it after
+    the install, as ``nvidia-ctk config --set`` does) and ``runtime.cdi_spec`` (write
+    /etc/cdi/nvidia.yaml for the node's GPUs, as ``nvidia-ctk cdi generate`` does)."""
+    name = node["name"]
+    nvs = node.get("nvswitch")
+    if not isinstance(nvs, dict) or not isinstance(nvs.get("count"), int) or isinstance(nvs.get("count"), bool) \
+            or not 0 <= nvs["count"] <= 12:
+        raise LabError("%s: node %s: nvswitch must be {count: 0..12}, not %r" % (where, name, nvs))
+    rt = node["runtime"]
+    if rt.get("toolkit_mode") is not None and rt["toolkit_mode"] not in TOOLKIT_MODES:
+        raise LabError("%s: node %s: runtime.toolkit_mode must be null or one of %s, not %r"
+                       % (where, name, ", ".join(TOOLKIT_MODES), rt["toolkit_mode"]))
+    if not isinstance(rt.get("cdi_spec", False), bool):
+        raise LabError("%s: node %s: runtime.cdi_spec must be true or false, not %r" % (where, name, rt["cdi_spec"]))
+    if (rt.get("toolkit_mode") or rt.get("cdi_spec")) and not node["driver"].get("container_toolkit"):
+        raise LabError("%s: node %s: runtime.toolkit_mode and runtime.cdi_spec need driver.container_toolkit"
+                       % (where, name))
+
+
+def toolkit_config_text(text, mode):
+    """The package's config.toml with ``nvidia-container-runtime.mode`` set to ``mode`` (the
+    line edited in place, or added to the table), other lines untouched."""
+    out, in_table, done = [], False, False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            if in_table and not done:
+                out.append('mode = "%s"' % mode)
+                done = True
+            in_table = stripped == "[nvidia-container-runtime]"
+        elif in_table and re.match(r"^mode\s*=", stripped):
+            line = 'mode = "%s"' % mode
+            done = True
+        out.append(line)
+    if not done:
+        if not in_table:
+            out += ["", "[nvidia-container-runtime]"]
+        out.append('mode = "%s"' % mode)
+    return "\n".join(out) + "\n"
+
+
+def cdi_spec_text(gpu_count):
+    """A CDI spec for the node's GPUs in the shape ``nvidia-ctk cdi generate`` writes (kind
+    nvidia.com/gpu, one device per index plus ``all``, the control device nodes and the hooks)."""
+    devices = []
+    for i in range(gpu_count):
+        devices.append({"name": str(i), "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia%d" % i}]}})
+    if gpu_count:
+        devices.append({"name": "all", "containerEdits": {"deviceNodes": [
+            {"path": "/dev/nvidia%d" % i} for i in range(gpu_count)]}})
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices,
+            "containerEdits": {
+                "deviceNodes": [{"path": p} for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")],
+                "hooks": [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+                           "args": ["nvidia-cdi-hook", "create-symlinks", "--link",
+                                    "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"]},
+                          {"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+                           "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]}}
+    return "---\n" + yaml.safe_dump(spec, sort_keys=False)
 
 
 XID_MESSAGES = {

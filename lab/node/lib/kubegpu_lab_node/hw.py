@@ -244,6 +244,16 @@ PCI_ROOT = "pci0000:00"
 # a host bridge, so the bus holds more than NVIDIA devices (vendor, device, class)
 OTHER_DEVICES = {"0000:00:00.0": (0x8086, 0x09a2, 0x060000)}
 CLASS_3D = 0x030200
+# NVSwitches (HGX H100 baseboards carry four: lspci "Bridge [0680]: NVIDIA GH100 [H100 NVSwitch]
+# [10de:22a3]"), bound to the NVSwitch half of nvidia.ko while the module is loaded.
+NVSWITCH_DEVICE = 0x22A3
+CLASS_BRIDGE_OTHER = 0x068000
+NVSWITCH_BUSES = (0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10)
+
+
+def nvswitch_bus_ids(count):
+    """sysfs addresses of the node's ``count`` NVSwitches."""
+    return ["0000:%02x:00.0" % b for b in NVSWITCH_BUSES[:max(0, int(count or 0))]]
 
 
 def sysfs_bus_id(pci_bus_id):
@@ -269,9 +279,13 @@ def write_sysfs(cfg, nvidia_loaded, root=SYS_DIR):
         vendor, device = _pci_device_vendor(spec)
         devices[sysfs_bus_id(spec["pci_bus_id"])] = (vendor, device, CLASS_3D,
                                                      "nvidia" if nvidia_loaded else None)
+    for bdf in nvswitch_bus_ids(cfg.get("nvswitches", 0)):
+        devices[bdf] = (0x10DE, NVSWITCH_DEVICE, CLASS_BRIDGE_OTHER, "nvidia-nvswitch" if nvidia_loaded else None)
     bus_devices = os.path.join(root, "bus", "pci", "devices")
     os.makedirs(bus_devices, exist_ok=True)
     os.makedirs(os.path.join(root, "bus", "pci", "drivers", "nvidia"), exist_ok=True)
+    if cfg.get("nvswitches"):
+        os.makedirs(os.path.join(root, "bus", "pci", "drivers", "nvidia-nvswitch"), exist_ok=True)
     for bdf, (vendor, device, pci_class, driver) in sorted(devices.items()):
         dev_dir = os.path.join(root, "devices", PCI_ROOT, bdf)
         os.makedirs(dev_dir, exist_ok=True)
