@@ -395,9 +395,9 @@ class Lab(object):
                 "kubegpu_cgroup_mode": "list",
                 # the lab's "kernel" (driver load, device nodes) runs as this unit at boot: the
                 # boot-time checkpoint check orders itself after it, as after the driver on a node
-                "checkpoint_guard_after_units": ["kubegpu-lab-kernel.service", "systemd-modules-load.service",
-                                                 "nvidia-persistenced.service", "nvidia-fabricmanager.service",
-                                                 "nvidia-mig-manager.service"],
+                "kubegpu_checkpoint_guard_after_units": ["kubegpu-lab-kernel.service", "systemd-modules-load.service",
+                                                         "nvidia-persistenced.service", "nvidia-fabricmanager.service",
+                                                         "nvidia-mig-manager.service"],
             },
             "children": {"gpu_nodes": {"hosts": hosts}},
         }}

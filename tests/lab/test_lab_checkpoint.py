@@ -74,7 +74,7 @@ def test_guard_removes_a_stale_checkpoint_before_kubelet_starts_after_reboot(lab
     assert checkpoint_ids(lab, "guard") <= set(old) and checkpoint_ids(lab, "guard")
     play = [{"hosts": "guard", "gather_facts": False, "tasks": [
         {"name": "install", "ansible.builtin.include_role": {"name": "kubegpu.fleet.checkpoint_guard"},
-         "vars": {"checkpoint_guard_after_units": ["kubegpu-lab-kernel.service"]}},
+         "vars": {"kubegpu_checkpoint_guard_after_units": ["kubegpu-lab-kernel.service"]}},
         {"name": "reboot", "ansible.builtin.reboot": {"reboot_timeout": 120}},
     ]}]
     res = ansible.playbook(play, inventory=lab.inventory)

@@ -40,7 +40,7 @@ PY38 = "/root/.pyenv/versions/3.8.18/bin/python3.8"
 def role_play(role_vars, state=None):
     v = dict(role_vars)
     if state:
-        v["checkpoint_guard_state"] = state
+        v["kubegpu_checkpoint_guard_state"] = state
     return [{"hosts": "localhost", "gather_facts": False,
              "roles": [{"role": "kubegpu.fleet.checkpoint_guard", "vars": v}]}]
 
@@ -69,12 +69,12 @@ class Layout(object):
         self.link = os.path.join(self.units, "kubelet.service.wants", UNIT)
 
     def vars(self, **extra):
-        v = {"checkpoint_guard_install_dir": self.install,
-             "checkpoint_guard_unit_dir": self.units,
-             "checkpoint_guard_checkpoint_path": self.ckpt,
-             "checkpoint_guard_python": SYSTEM_PYTHON,
-             "checkpoint_guard_nvml_timeout": 2,
-             "checkpoint_guard_driver_wait": 1}
+        v = {"kubegpu_checkpoint_guard_install_dir": self.install,
+             "kubegpu_checkpoint_guard_unit_dir": self.units,
+             "kubegpu_checkpoint_path": self.ckpt,
+             "kubegpu_checkpoint_guard_python": SYSTEM_PYTHON,
+             "kubegpu_checkpoint_guard_nvml_timeout": 2,
+             "kubegpu_checkpoint_guard_driver_wait": 1}
         v.update(extra)
         return v
 
@@ -243,9 +243,9 @@ def test_role_check_mode_idempotence_options_and_removal(tmp_path):
     assert chk2.rc == 0 and changed_tasks(chk2) == []
 
     # Options reach the unit; disabling removes the wants link only.
-    opts = lay.vars(checkpoint_guard_enabled=False, checkpoint_guard_backup=False,
-                    checkpoint_guard_remove_malformed=True,
-                    checkpoint_guard_resource_names=["nvidia.com/gpu", "example.com/*"])
+    opts = lay.vars(kubegpu_checkpoint_guard_enabled=False, kubegpu_checkpoint_guard_backup=False,
+                    kubegpu_checkpoint_guard_remove_malformed=True,
+                    kubegpu_checkpoint_guard_resource_names=["nvidia.com/gpu", "example.com/*"])
     res = runner.playbook(role_play(opts), env=HARNESS_ENV)
     assert res.rc == 0, res.stdout + res.stderr
     with open(lay.unit) as f:
@@ -256,7 +256,7 @@ def test_role_check_mode_idempotence_options_and_removal(tmp_path):
 
     # Another kubelet unit name: ordered before and wanted by that one.
     res = runner.playbook(role_play(lay.vars(
-        checkpoint_guard_kubelet_service="kubelet-gpu.service")), env=HARNESS_ENV)
+        kubegpu_checkpoint_guard_kubelet_service="kubelet-gpu.service")), env=HARNESS_ENV)
     assert res.rc == 0, res.stdout + res.stderr
     with open(lay.unit) as f:
         text = f.read()
@@ -264,7 +264,7 @@ def test_role_check_mode_idempotence_options_and_removal(tmp_path):
     gpu_link = os.path.join(lay.units, "kubelet-gpu.service.wants", UNIT)
     assert os.path.islink(gpu_link) and os.readlink(gpu_link) == lay.unit
     res = runner.playbook(role_play(lay.vars(
-        checkpoint_guard_kubelet_service="kubelet-gpu.service"), state="absent"),
+        kubegpu_checkpoint_guard_kubelet_service="kubelet-gpu.service"), state="absent"),
         env=HARNESS_ENV)
     assert res.rc == 0 and not os.path.lexists(gpu_link)
     runner.playbook(role_play(lay.vars()), env=HARNESS_ENV)
@@ -288,12 +288,12 @@ def test_role_check_mode_idempotence_options_and_removal(tmp_path):
 
 
 @pytest.mark.parametrize("bad, fragment", [
-    ({"checkpoint_guard_checkpoint_path": "/var/lib/kubelet dir/ckpt"}, "must be absolute"),
-    ({"checkpoint_guard_checkpoint_path": "relative/ckpt"}, "must be absolute"),
-    ({"checkpoint_guard_kubelet_service": "kubelet"}, "must be absolute"),
-    ({"checkpoint_guard_resource_names": ["nvidia.com/$x"]}, "must be absolute"),
-    ({"checkpoint_guard_nvml_timeout": "soon"}, "checkpoint_guard_nvml_timeout"),
-    ({"checkpoint_guard_state": "gone"}, "checkpoint_guard_state"),
+    ({"kubegpu_checkpoint_path": "/var/lib/kubelet dir/ckpt"}, "must be absolute"),
+    ({"kubegpu_checkpoint_path": "relative/ckpt"}, "must be absolute"),
+    ({"kubegpu_checkpoint_guard_kubelet_service": "kubelet"}, "must be absolute"),
+    ({"kubegpu_checkpoint_guard_resource_names": ["nvidia.com/$x"]}, "must be absolute"),
+    ({"kubegpu_checkpoint_guard_nvml_timeout": "soon"}, "kubegpu_checkpoint_guard_nvml_timeout"),
+    ({"kubegpu_checkpoint_guard_state": "gone"}, "kubegpu_checkpoint_guard_state"),
 ])
 def test_role_rejects_bad_settings_before_touching_anything(tmp_path, bad, fragment):
     runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), str(tmp_path))
