@@ -18,7 +18,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLL_PATH)
 export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
-.PHONY: help deps venv tree pip-bootstrap molecule demo-down sanity units modules lint integration test demo bench clean
+.PHONY: help deps venv tree pip-bootstrap molecule demo-down sanity units units-ansible-test modules lint integration test demo bench clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -80,6 +80,19 @@ sanity: $(SANITY_VENV)/.installed pip-bootstrap
 
 units: tree
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+
+# The same unit tests the way collections run them: `ansible-test units` on a copy of the tracked
+# files (as sanity), in a venv of its own with tests/unit/requirements.txt, its collection loader
+# importing every test as ansible_collections.kubegpu.fleet.tests.unit..., module_utils tests
+# isolated from controller code.
+UNITS_DIR    ?= $(BUILD)/units
+UNITS_TREE   := $(UNITS_DIR)/ansible_collections/kubegpu/fleet
+UNITS_ARGS   ?= --python 3.11 --num-workers 2
+units-ansible-test: $(SANITY_VENV)/.installed pip-bootstrap
+	rm -rf $(UNITS_DIR) && mkdir -p $(UNITS_TREE)
+	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} $(UNITS_TREE)/
+	cd $(UNITS_TREE) && git init -q && git add -A && \
+	  PATH=$(SANITY_VENV)/bin:$$PATH $(SANITY_VENV)/bin/ansible-test units --color=no --venv $(UNITS_ARGS)
 
 modules: tree
 	$(BIN)/pytest -q -p no:cacheprovider tests/module $(PYTEST_ARGS)

@@ -3,12 +3,9 @@ Debian 12, Ubuntu 22.04/24.04 and Rocky 9 leave them (regular files, symlinks, d
 running release in a fake procfs, the sentinels in a fake /run. The real action runs the real
 ansible.builtin.find and slurp on "the node" (localhost) and decides on the controller."""
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "unit", "plugins", "plugin_utils"))
-
-from boot_layouts import DEBIAN_12, ROCKY_9, UBUNTU_2204, UBUNTU_2404  # noqa: E402
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.boot_layouts import (
+    DEBIAN_12, ROCKY_9, UBUNTU_2204, UBUNTU_2404)
 
 ENV = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
 

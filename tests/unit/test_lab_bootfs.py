@@ -2,14 +2,12 @@
 the running kernel is the newest unless the profile adds a pending one, for every layout and for
 the kernel releases real machines run (the lab builds around the host's uname -r)."""
 import os
-import sys
 
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need as rn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "lab"))
-from kubegpu_lab import bootfs  # noqa: E402
+from ansible_collections.kubegpu.fleet.lab.kubegpu_lab import bootfs
 
 
 RELEASES = ["6.12.0", "6.1.0-27-amd64", "5.15.0-105-generic", "6.8.0-9-generic", "5.14.0-427.13.1.el9_4.x86_64",

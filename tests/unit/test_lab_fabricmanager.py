@@ -6,13 +6,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "lab"))
-from kubegpu_lab import packages, profiles  # noqa: E402
-from kubegpu_lab.util import LabError  # noqa: E402
+from ansible_collections.kubegpu.fleet.lab.kubegpu_lab import packages, profiles
+from ansible_collections.kubegpu.fleet.lab.kubegpu_lab.util import LabError
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb is not installed")
 

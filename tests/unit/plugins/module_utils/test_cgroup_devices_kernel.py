@@ -19,7 +19,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices impor
     parse_devices_list,
 )
 
-from test_cgroup_support import (
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.test_cgroup_support import (
     GPU_MAJOR,
     RUNC_DEFAULT,
     UVM_MAJOR,

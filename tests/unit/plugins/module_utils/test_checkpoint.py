@@ -17,8 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
 FIX = os.path.join(REPO, "tests", "fixtures", "checkpoint")
 
-sys.path.insert(0, FIX)
-from checkpoint_ids import (  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.fixtures.checkpoint.checkpoint_ids import (  # noqa: E402  pylint: disable=wrong-import-position
     GPU_A, GPU_B, GPU_C, GPU_D, GPU_NEW, MIG_1, MIG_2, MIG_3)
 LEGACY = ["MIG-%s/%d/0" % (GPU_A, gi) for gi in (7, 8, 9)]
 

@@ -15,10 +15,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import (
     GpuFactsError, device_ids, find_library, find_nvidia_smi, library_version, mig_state,
     nvidia_facts, parse_gpu_information, procfs_gpus)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
-sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
-import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml
+from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT
 
 V = fakenvml.DEFAULT_VERSION
 # A hung fake never answers, so status "hung" proves the probe gave up; elapsed is checked only
@@ -595,7 +593,7 @@ def test_runs_on_python38_without_pynvml(node):
         "except GpuFactsError as e:\n"
         "    err = str(e)\n"
         "print(json.dumps({'facts': f, 'nvml_error': err}))\n"
-    ) % (os.path.join(REPO, ".build", "collections"), node.proc, node.dev, node.driver.root,
+    ) % (COLLECTIONS_ROOT, node.proc, node.dev, node.driver.root,
          node.proc, node.dev, node.driver.root)
     out = subprocess.run([PY38, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          universal_newlines=True, timeout=60, env=dict(os.environ), check=False)

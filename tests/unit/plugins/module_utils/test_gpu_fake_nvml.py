@@ -8,16 +8,12 @@ from __future__ import absolute_import, division, print_function
 
 import ctypes
 import os
-import sys
 
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run_in_child
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
-sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
-import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import absolute_import, division, print_function
 import ctypes
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -16,8 +15,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "nvidia-smi-health")
-sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
-import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def fixture(name):

@@ -11,14 +11,11 @@ import time
 
 import pytest
 
-from lib.procs import alive
+from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT as COLLECTIONS
+from ansible_collections.kubegpu.fleet.tests.lib.procs import alive
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import (
     mig_profile_from_attributes, mig_profile_from_name, run_in_child, session_members)
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
-COLLECTIONS = os.path.join(REPO, ".build", "collections")
 
 
 def test_child_result_comes_back():

@@ -3,7 +3,6 @@
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -16,9 +15,8 @@ from hypothesis import strategies as st
 from ansible_collections.kubegpu.fleet.plugins.module_utils import kubelet as k
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "kubelet")
-sys.path.insert(0, os.path.abspath(FIXTURES))
 
-from kubelet_fakeproc import FakeProc, fixture_args, fixture_path, write_script  # noqa: E402
+from ansible_collections.kubegpu.fleet.tests.fixtures.kubelet.kubelet_fakeproc import FakeProc, fixture_args, fixture_path, write_script  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lib.procs import alive
+from ansible_collections.kubegpu.fleet.tests.lib.procs import alive
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import (

@@ -1,7 +1,6 @@
 """Audit rules on real module outputs (kubelet facts from fixture configs) and API objects."""
 import datetime
 import os
-import sys
 
 import pytest
 
@@ -11,8 +10,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as f
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KUBELET_FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures", "kubelet")
-sys.path.insert(0, KUBELET_FIXTURES)
-from kubelet_fakeproc import FakeProc  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.fixtures.kubelet.kubelet_fakeproc import FakeProc  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = 1 << 30
 NOW = datetime.datetime(2026, 11, 22, 6, 0, 0, tzinfo=datetime.timezone.utc)

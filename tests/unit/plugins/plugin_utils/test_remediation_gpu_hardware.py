@@ -4,15 +4,12 @@ the remediation plan (drain + reboot for a pending row remap or a reboot/reset X
 leave for a person for RMA, a GPU off the bus or an Xid NVIDIA says to investigate)."""
 from __future__ import absolute_import, division, print_function
 
-import os
-import sys
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import plan_node
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_findings_gpu_hardware import (  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (
     XID_13, XID_48, XID_74, XID_79, _health, _nvidia)
 
 

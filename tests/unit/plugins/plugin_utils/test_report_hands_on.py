@@ -8,15 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as r
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_findings_gpu_hardware import (  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (
     XID_13, XID_74, XID_79, _health, _nvidia)
 
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "docs",
