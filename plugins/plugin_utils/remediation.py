@@ -9,13 +9,16 @@ The remediate playbook runs the audit, turns each node's findings into a plan wi
 """
 from __future__ import annotations
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.reboot_need import gpu_reasons
 
 # Findings whose fix changes what running GPU pods depend on (driver files, the device
 # checkpoint, device cgroups of existing containers) or needs a reboot: the node is drained
 # first and goes through the rolling_reboot window.
 DRAIN = frozenset((
-    "driver.known_bad", "driver.at_risk", "driver.version_mismatch",
+    "driver.known_bad", "driver.at_risk", "driver.version_mismatch", "security.driver",
+    "security.fabric-manager",
     "nvml.hung", "nvml.error", "kubelet.admission_blocked", "cgroup.devices_missing",
     "cgroup.uvm_tools_missing", "checkpoint.stale", "gpu.reset_required", "gpu.xid",
 ))
@@ -28,7 +31,10 @@ WEDGED = frozenset(("nvml.hung", "kubelet.admission_blocked"))
 REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung", "gpu.reset_required", "gpu.xid"))
 # Findings nothing here can fix automatically: reported, the node is not touched for them.
 MANUAL = frozenset(("node.not_ready", "audit.module_failed", "gpu.rma", "gpu.missing",
-                    "gpu.ecc_uncorrectable"))
+                    "gpu.ecc_uncorrectable",
+                    # cluster components (images the GPU Operator / Helm deploy): not a node role's fix
+                    "security.device-plugin", "security.gpu-operator", "security.mig-manager",
+                    "defect.device-plugin", "defect.gpu-operator", "defect.mig-manager"))
 # Hardware a person must handle (replace the GPU, reseat it, follow NVIDIA's workflow): the
 # node is cordoned with the reason and nothing automatic runs on it - a reboot or uncordon
 # would put the faulty GPU back in service.
@@ -55,6 +61,15 @@ ROLE_FOR = {
     "nvml.error": "rolling_reboot",
     "gpu.reset_required": "rolling_reboot",
     "gpu.xid": "rolling_reboot",
+    # issue 14: the node stack against the catalog. The driver role moves fabric manager in
+    # lockstep with the driver; the device_plugin role's toolkit fix path upgrades the toolkit
+    # packages or, where kubegpu_toolkit_upgrade is false, writes the documented mitigation.
+    "security.driver": "driver",
+    "security.fabric-manager": "driver",
+    "defect.fabric-manager": "driver",
+    "fabricmanager.version_mismatch": "driver",
+    "security.container-toolkit": "device_plugin",
+    "defect.container-toolkit": "device_plugin",
 }
 
 
@@ -90,7 +105,71 @@ def xid_disposition(finding):
 def _vars(finding):
     rem = finding.get("remediation") or {}
     out = rem.get("vars") or {}
-    return dict(out) if isinstance(out, dict) else {}
+    out = dict(out) if isinstance(out, dict) else {}
+    fid = finding.get("id")
+    if fid in ("security.driver", "security.fabric-manager", "defect.fabric-manager"):
+        target = branch_fix(finding)
+        if target:
+            out.setdefault("kubegpu_driver_version", target)
+    elif fid in ("security.container-toolkit", "defect.container-toolkit"):
+        out.update(toolkit_vars(finding))
+    return out
+
+
+def _merge_vars(into, new):
+    """Add one finding's role variables; two findings that both name a driver target (say
+    security.driver's branch fix and fabricmanager.version_mismatch's current driver) get the
+    higher one - fabric manager follows the driver to it in the same transaction; the toolkit
+    plans of a security and a defect finding are merged (higher target, every mitigation)."""
+    for key, value in new.items():
+        old = into.get(key)
+        if key == "kubegpu_driver_version" and old and value and old != value:
+            try:
+                value = max(DriverVersion(str(old)), DriverVersion(str(value))).text
+            except ValueError:
+                pass
+        elif key == "kubegpu_toolkit_fix" and old:
+            value = toolkit_fix.merge(old, value)
+        into[key] = value
+
+
+def _evidence(finding):
+    ev = finding.get("evidence")
+    return ev if isinstance(ev, dict) else {}
+
+
+def branch_fix(finding):
+    """Driver target for a security.driver (or fabric-manager) finding: the highest first fixed
+    release of the node's branch among its advisories (fabric manager runs the driver's version,
+    so its fix is a driver version too). None when no advisory names a fix in the branch: the
+    driver role then takes its catalog default."""
+    ev = _evidence(finding)
+    try:
+        branch = DriverVersion(str(ev.get("version"))).branch
+    except ValueError:
+        return None
+    best = None
+    for adv in ev.get("advisories") or []:
+        fixed = adv.get("fixed") if isinstance(adv, dict) else None
+        try:
+            v = DriverVersion(str(fixed))
+        except ValueError:
+            continue
+        if v.branch == branch and (best is None or v > best):
+            best = v
+    return str(best) if best else None
+
+
+def toolkit_vars(finding):
+    """Role variables of the toolkit fix path for a container-toolkit finding: ``kubegpu_toolkit_fix``
+    (the plan of :func:`toolkit_fix.fix_plan`: target version, packages, mitigations)."""
+    ev = _evidence(finding)
+    try:
+        plan = toolkit_fix.fix_plan(ev.get("advisories") or [], ev.get("version"),
+                                    injection_mode=ev.get("injection_mode"))
+    except toolkit_fix.FixError as exc:
+        return {"kubegpu_toolkit_fix": {"error": str(exc)}}
+    return {"kubegpu_toolkit_fix": plan}
 
 
 def plan_node(audit, skip_findings=()):
@@ -136,7 +215,7 @@ def plan_node(audit, skip_findings=()):
             continue
         ids.append(fid)
         role = ROLE_FOR[fid]
-        roles.setdefault(role, {}).update(_vars(f))
+        _merge_vars(roles.setdefault(role, {}), _vars(f))
     ids_set = set(ids)
     plan = dict(empty)
     plan.update(findings=sorted(ids_set), manual=sorted(set(manual)), skipped=sorted(set(skipped)),
@@ -159,8 +238,10 @@ def plan_node(audit, skip_findings=()):
         if rr.get("kubegpu_reboot") == "needed":
             plan["reboot"] = True
     if "driver" in roles:
-        # A driver fix reboots the node: that restarts the kubelet too.
-        plan["reboot"] = plan["reboot"] or bool(ids_set & {"driver.known_bad", "driver.at_risk", "nvml.hung"})
+        # A driver fix reboots the node: that restarts the kubelet too. A fabric manager that
+        # alone differs from the driver is installed and restarted without a reboot.
+        plan["reboot"] = plan["reboot"] or bool(ids_set & {"driver.known_bad", "driver.at_risk", "nvml.hung",
+                                                           "security.driver", "security.fabric-manager"})
     if "kubelet" in roles and plan["reboot"]:
         roles["kubelet"].pop("kubegpu_kubelet_restart", None)
     if "kubelet" in roles and "kubegpu_kubelet_restart" not in roles["kubelet"] and \
