@@ -16,18 +16,28 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import datetime
 import errno
+import json
 import math
 import os
 import re
 import stat
+import traceback
 from fractions import Fraction
 
+from ansible.module_utils.basic import missing_required_lib
+
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
-    ConfigParseError,
-    load_config_text,
-)
+
+try:
+    import yaml
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+except ImportError:  # the modules fail with missing_required_lib; the audit reports it
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = traceback.format_exc()
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -761,11 +771,149 @@ def read_config_file(candidates):
     return None, None, "cannot read %s: %s" % (path, e.strerror or e)
 
 
-def parse_config(text, path, use_pyyaml=None):
+# -- KubeletConfiguration text ----------------------------------------------------------------
+# Far deeper than any KubeletConfiguration (4 levels); bounds every reader's recursion.
+MAX_DEPTH = 64
+ANCHORS_REFUSED = ("YAML anchors and aliases (&name, *name) are refused: an alias can expand a "
+                   "small file into a huge one; write the values out")
+YAML_INSTALL_HINT = ("Install PyYAML on the node: the python3-yaml package (Debian, Ubuntu, "
+                     "Fedora, RHEL 9), python3-pyyaml (RHEL 8), or pip install PyYAML")
+
+
+class ConfigParseError(ValueError):
+    """The text is not a JSON/YAML document this collection reads; the message names the line."""
+
+    def __init__(self, msg, line=None):
+        self.line = line
+        if line is not None:
+            msg = "line %d: %s" % (line, msg)
+        super(ConfigParseError, self).__init__(msg)
+
+
+def _nested_too_deep():
+    return ConfigParseError("nested more than %d levels deep; not a KubeletConfiguration"
+                            % MAX_DEPTH)
+
+
+if HAS_YAML:
+    class _ConfigLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """PyYAML's safe loader, refusing anchors, aliases and deep nesting while it composes
+        (before anything is built or expanded), and keeping YAML 1.1 timestamps as the
+        strings the kubelet's Go decoder sees."""
+
+        yaml_implicit_resolvers = dict(
+            (first, [(tag, regexp) for tag, regexp in resolvers
+                     if tag != "tag:yaml.org,2002:timestamp"])
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
+
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigParseError(ANCHORS_REFUSED, event.start_mark.line + 1)
+            depth = getattr(self, "_kubegpu_depth", 0) + 1
+            if depth > MAX_DEPTH:
+                raise _nested_too_deep()
+            self._kubegpu_depth = depth
+            try:
+                return super(_ConfigLoader, self).compose_node(parent, index)
+            finally:
+                self._kubegpu_depth = depth - 1
+
+    class _ConfigDumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
+        """Block style, key order kept, sequences indented under their key as kubeadm writes."""
+
+        def increase_indent(self, flow=False, indentless=False):
+            return super(_ConfigDumper, self).increase_indent(flow, False)
+
+    def _represent_str(dumper, data):
+        # PyYAML writes NEL and the Unicode line separators raw in plain and single-quoted
+        # scalars, where a reader folds them; double quotes escape them.
+        style = '"' if any(c in data for c in u"\x85\u2028\u2029") else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _ConfigDumper.add_representer(str, _represent_str)
+
+
+def check_depth(data, limit=MAX_DEPTH):
+    """Raise ConfigParseError when ``data`` nests more than ``limit`` levels (iterative)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                raise _nested_too_deep()
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict)
+                                                   else value))
+
+
+def _plain(data):
+    """JSON-safe data from explicit YAML tags (!!binary, !!set, !!omap; depth is bounded)."""
+    if isinstance(data, dict):
+        return dict((k if isinstance(k, (str, int, float, bool)) or k is None else str(_plain(k)),
+                     _plain(v)) for k, v in data.items())
+    if isinstance(data, (list, tuple)):
+        return [_plain(v) for v in data]
+    if isinstance(data, (set, frozenset)):
+        return sorted((_plain(v) for v in data), key=repr)
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    if isinstance(data, (datetime.date, datetime.datetime)):
+        return data.isoformat()
+    return data
+
+
+def load_config_text(text):
+    """Parse a kubelet config file's text; return ``(data, parser)``, parser ``json`` (text
+    that starts with ``{`` and is JSON) or ``pyyaml``. Raises ConfigParseError, nothing else,
+    when the text does not parse (and when PyYAML is missing and the text is not JSON)."""
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ConfigParseError("nested more deeply than the JSON reader goes")
+        except ValueError:
+            pass  # JSON-looking YAML (flow mapping with comments, single quotes...)
+        else:
+            check_depth(data)
+            return data, "json"
+    if not HAS_YAML:
+        raise ConfigParseError("PyYAML is not installed on this node. " + YAML_INSTALL_HINT)
+    loader = _ConfigLoader(text)
+    try:
+        return _plain(loader.get_single_data()), "pyyaml"
+    except yaml.YAMLError as e:
+        raise ConfigParseError(" ".join(str(e).replace('in "<unicode string>", line',
+                                                       "at line").split()))
+    except RecursionError:
+        raise _nested_too_deep()
+    except (ValueError, TypeError, OverflowError) as e:
+        if isinstance(e, ConfigParseError):
+            raise
+        raise ConfigParseError("%s: %s" % (type(e).__name__, e))
+    finally:
+        loader.dispose()
+
+
+def require_yaml(module, reason):
+    """Fail ``module`` with ``missing_required_lib`` and the install hint when PyYAML is not
+    importable by the node's Python."""
+    if not HAS_YAML:
+        module.fail_json(msg="%s %s." % (missing_required_lib("PyYAML", reason=reason),
+                                         YAML_INSTALL_HINT),
+                         exception=YAML_IMPORT_ERROR)
+
+
+def dump_config_yaml(data):
+    """Block-style YAML for ``data``: key order kept, nothing folded, UTF-8 written as is."""
+    return yaml.dump(data, Dumper=_ConfigDumper, default_flow_style=False, sort_keys=False,
+                     allow_unicode=True, width=1 << 30)
+
+
+def parse_config(text, path):
     """Parse a KubeletConfiguration; return ``(config dict, parser, error, warnings)``."""
     warnings = []
     try:
-        data, parser = load_config_text(text, use_pyyaml=use_pyyaml)
+        data, parser = load_config_text(text)
     except ConfigParseError as e:
         return {}, None, "cannot parse %s: %s" % (path, e), warnings
     if data is None:
@@ -784,17 +932,30 @@ def parse_config(text, path, use_pyyaml=None):
     return data, parser, None, warnings
 
 
-def merge_patch(base, patch):
-    """RFC 7386 JSON merge patch (how ``--config-dir`` drop-ins apply over the config)."""
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch: ``patch`` over ``target``, both left untouched.
+
+    The one merge of the collection: ``--config-dir`` drop-ins over the config (as the kubelet
+    applies them) and kubelet_config's settings over the file. A mapping merges key by key
+    (existing keys keep their place, new ones go last), ``None`` deletes a key, anything else
+    (arrays included) replaces. The result shares nothing mutable with the inputs."""
     if not isinstance(patch, dict):
-        return patch
-    out = dict(base) if isinstance(base, dict) else {}
+        return _copy(patch)
+    out = dict((k, _copy(v)) for k, v in target.items()) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return dict((k, _copy(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 def _walk_conf_files(directory, limit=256):
@@ -815,7 +976,7 @@ def _walk_conf_files(directory, limit=256):
     return out
 
 
-def load_dropins(config_dir, proc_path, pid, use_pyyaml=None):
+def load_dropins(config_dir, proc_path, pid):
     """Parse the ``*.conf`` drop-ins of ``--config-dir`` in the order the kubelet applies them.
 
     Returns ``(list of (path as the kubelet sees it, data), errors)``.
@@ -838,7 +999,7 @@ def load_dropins(config_dir, proc_path, pid, use_pyyaml=None):
         if error:
             errors.append(error.replace(path, shown))
             continue
-        data, _parser, error, _warnings = parse_config(text, shown, use_pyyaml)
+        data, _parser, error, _warnings = parse_config(text, shown)
         if error:
             errors.append(error)
             continue
@@ -959,7 +1120,7 @@ def memory_facts(pairs, config, node_memory_bytes, errors):
 
 
 def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VERSION_TIMEOUT,
-                         use_pyyaml=None, unit=DEFAULT_UNIT, get_bin_path=None,
+                         unit=DEFAULT_UNIT, get_bin_path=None,
                          package=DEFAULT_PACKAGE, node_version=None):
     """Everything ``kubelet_facts`` returns as ``ansible_facts.kubelet``.
 
@@ -1029,7 +1190,7 @@ def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VE
     text, read_path, error = read_config_file(candidates)
     config, parser, warnings = {}, None, []
     if error is None:
-        config, parser, error, warnings = parse_config(text, wanted, use_pyyaml)
+        config, parser, error, warnings = parse_config(text, wanted)
     facts.update({
         "config_path": wanted,
         "config_source": source,
@@ -1049,7 +1210,7 @@ def gather_kubelet_facts(proc_path="/proc", config_path=None, version_timeout=VE
     config_dir = flag_value(pairs, "config-dir")
     dropins = []
     if proc is not None and config_dir not in (None, True, ""):
-        loaded, dropin_errors = load_dropins(config_dir, proc_path, pid, use_pyyaml)
+        loaded, dropin_errors = load_dropins(config_dir, proc_path, pid)
         errors.extend(dropin_errors)
         if "evictionHard" not in effective and any("evictionHard" in data for _p, data in loaded):
             # drop-ins merge into the already-defaulted config: a drop-in's evictionHard keys

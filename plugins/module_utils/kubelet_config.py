@@ -1,16 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Edit a KubeletConfiguration: merge, compare, emit, size reservations, find overriding flags.
+"""Edit a KubeletConfiguration: merge, compare, render, size reservations, find overriding flags.
 
-Node side, Python 3.8+, standard library only (PyYAML is optional on nodes): the config is
-parsed with ``kubelet_yaml.load_config_text`` (PyYAML when importable, else its fallback
-parser) and written back with ``emit_yaml``, a block-style emitter whose output both PyYAML and
-the fallback parser read back to the same data. Everything here is a plain function; the
-``kubelet_config`` module does the file I/O.
+Node side, Python 3.8+. The config is read with ``kubelet.load_config_text`` and written back
+with ``render`` (PyYAML's dumper, or ``json`` for a JSON file); settings apply with
+``kubelet.merge_patch`` (RFC 7386, the one merge of the collection). Everything here is a
+plain function; ``kubelet_config_run`` does the module's file I/O.
 
-* ``deep_merge``: settings over the config. Mappings merge key by key, existing keys keep their
-  place, new keys go last; ``None`` removes a key; anything else replaces.
 * ``same`` / ``changed_paths``: semantic comparison (types matter: ``true`` is not ``1``).
 * ``memory_reservation_settings``: kubeReserved/systemReserved memory from the GKE ladder or a
   quantity, never lowering a larger existing value unless asked, plus a complete evictionHard.
@@ -18,6 +15,7 @@ the fallback parser read back to the same data. Everything here is a plain funct
 * flags: the kubelet flags that override config keys, parsed from the running kubelet's command
   line, the kubeadm/systemd environment files and unit drop-ins, and removed from environment
   files when the operator asks for their values to move into the config.
+* ``coerce_settings``: settings converted to the KubeletConfiguration v1beta1 field types.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -30,18 +28,16 @@ import re
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
     BOOL_FLAGS,
     DEFAULT_EVICTION_HARD,
+    MAX_DEPTH,
+    ConfigParseError,
     QuantityError,
+    check_depth,
+    dump_config_yaml,
     gke_reserved_memory_bytes,
+    load_config_text,
     parse_memory_threshold,
     parse_quantity,
     quantity_to_bytes,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_yaml import (
-    MAX_DEPTH,
-    ConfigParseError,
-    check_depth,
-    parse_yaml_subset,
-    resolve_plain,
 )
 
 MIB = 1 << 20
@@ -51,42 +47,7 @@ class SettingsError(ValueError):
     """Bad input from the operator (a setting, quantity or policy); the message names it."""
 
 
-# -- merge and compare ----------------------------------------------------------------------
-def deep_merge(base, patch):
-    """``patch`` over ``base`` (both left untouched); see the module docstring for the rules."""
-    if not isinstance(patch, dict):
-        return _copy(patch)
-    if not isinstance(base, dict):
-        return _strip_nulls(patch)
-    out = {}
-    for key, value in base.items():
-        if key in patch:
-            if patch[key] is None:
-                continue
-            out[key] = deep_merge(value, patch[key])
-        else:
-            out[key] = _copy(value)
-    for key, value in patch.items():
-        if key not in base and value is not None:
-            out[key] = _strip_nulls(value)
-    return out
-
-
-def _copy(value):
-    if isinstance(value, dict):
-        return dict((k, _copy(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
-def _strip_nulls(value):
-    """A new mapping from a patch: ``None`` values mean "absent" there too."""
-    if isinstance(value, dict):
-        return dict((k, _strip_nulls(v)) for k, v in value.items() if v is not None)
-    return _copy(value)
-
-
+# -- compare ----------------------------------------------------------------------------------
 def same(a, b):
     """Semantic equality of loaded YAML: order of keys ignored, types strict, NaN == NaN."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -125,126 +86,7 @@ def format_path(path):
     return out
 
 
-# -- YAML emitter ---------------------------------------------------------------------------
-# PyYAML's reader rejects anything outside these; plain scalars use printable ASCII only.
-_YAML_PRINTABLE = re.compile(u"^[\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD"
-                             u"\U00010000-\U0010FFFF]$")
-_PLAIN_CHARS = re.compile(r"^[\x20-\x7E]+$")
-# YAML 1.1 timestamps (PyYAML resolves them to dates; the fallback keeps strings): quote them.
-_TIMESTAMP_RE = re.compile(r"""^(?:[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?
-    (?:(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?
-    (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)?)$""", re.X)
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0",
-            "\x07": "\\a", "\x08": "\\b", "\x0b": "\\v", "\x0c": "\\f", "\x1b": "\\e"}
-
-
-def plain_ok(text):
-    """Whether ``text`` can be written as a plain (unquoted) scalar and read back as itself
-    by both PyYAML's SafeLoader and the fallback parser. Conservative: when in doubt, quote."""
-    if not text or text != text.strip() or not _PLAIN_CHARS.match(text):
-        return False
-    if text[0] in "-?:,[]{}#&*!|>'\"%@`" or text[-1] == ":":
-        return False
-    if ": " in text or " #" in text or any(c in text for c in "[]{}"):
-        return False
-    if text in ("=", "<<") or text.startswith("<<") or _TIMESTAMP_RE.match(text):
-        return False
-    try:
-        value = resolve_plain(text)
-    except ConfigParseError:
-        return False
-    return isinstance(value, str) and value == text
-
-
-def double_quote(text):
-    """A double-quoted YAML scalar (escapes for everything PyYAML would not read raw)."""
-    out = ['"']
-    for c in text:
-        if c in _ESCAPES:
-            out.append(_ESCAPES[c])
-        elif _YAML_PRINTABLE.match(c) and c not in u"\x85\u2028\u2029\ufeff" and \
-                (c >= " " and c != "\x7f"):
-            out.append(c)
-        else:
-            code = ord(c)
-            if code <= 0xFF:
-                out.append("\\x%02X" % code)
-            elif code <= 0xFFFF:
-                out.append("\\u%04X" % code)
-            else:
-                out.append("\\U%08X" % code)
-    out.append('"')
-    return "".join(out)
-
-
-def emit_scalar(value):
-    """One scalar as YAML text (None, bool, int, float, str)."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        if "." not in text and "e" in text:
-            mantissa, exponent = text.split("e", 1)
-            text = "%s.0e%s" % (mantissa, exponent if exponent[0] in "+-" else "+" + exponent)
-        elif "." not in text:
-            text += ".0"
-        return text
-    if isinstance(value, str):
-        return value if plain_ok(value) else double_quote(value)
-    raise SettingsError("cannot write a %s (%r) to a KubeletConfiguration"
-                        % (type(value).__name__, value))
-
-
-def _emit_block(value, indent, lines):
-    pad = " " * indent
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, (dict, list)):
-                raise SettingsError("mapping keys must be scalars, got %r" % (key,))
-            head = pad + emit_scalar(key) + ":"
-            if isinstance(item, (dict, list)) and item:
-                lines.append(head)
-                _emit_block(item, indent + 2, lines)
-            else:
-                lines.append(head + " " + _emit_inline(item))
-        return
-    for item in value:
-        if isinstance(item, (dict, list)) and item:
-            sub = []
-            _emit_block(item, indent + 2, sub)
-            sub[0] = pad + "- " + sub[0][indent + 2:]
-            lines.extend(sub)
-        else:
-            lines.append(pad + "- " + _emit_inline(item))
-
-
-def _emit_inline(value):
-    if isinstance(value, dict):
-        return "{}"
-    if isinstance(value, list):
-        return "[]"
-    return emit_scalar(value)
-
-
-def emit_yaml(data):
-    """Block-style YAML text for ``data`` (a mapping, normally), key order kept."""
-    if isinstance(data, (dict, list)) and data:
-        lines = []
-        _emit_block(data, 0, lines)
-        return "\n".join(lines) + "\n"
-    return _emit_inline(data) + "\n"
-
-
+# -- render ---------------------------------------------------------------------------------
 def header_lines(text):
     """Leading comment, directive and blank lines plus a ``---`` marker line, verbatim."""
     out = []
@@ -274,27 +116,22 @@ def render(data, original_text, fmt):
     """New file text: JSON when the file was JSON, else YAML below the original header."""
     if fmt == "json":
         return json.dumps(data, indent=json_indent(original_text), ensure_ascii=False) + "\n"
-    return header_lines(original_text) + emit_yaml(data)
+    try:
+        return header_lines(original_text) + dump_config_yaml(data)
+    except Exception as e:  # pylint: disable=broad-except
+        # yaml.representer.RepresenterError for values YAML cannot represent
+        raise SettingsError("cannot write %s to a KubeletConfiguration" % (e,))
 
 
-def check_round_trip(text, data, fmt, yaml_module=None):
-    """Raise SettingsError unless ``text`` reads back as ``data`` (fallback parser, and
-    PyYAML when given); a last guard before anything is written."""
-    if fmt == "json":
-        readers = [("json", json.loads)]
-    else:
-        readers = [("fallback parser", parse_yaml_subset)]
-        if yaml_module is not None:
-            readers.append(("PyYAML", yaml_module.safe_load))
-    for name, reader in readers:
-        try:
-            back = reader(text)
-        except Exception as e:  # pylint: disable=broad-except
-            raise SettingsError("internal error: the %s cannot read the new config back: %s"
-                                % (name, e))
-        if not same(back, data):
-            raise SettingsError("internal error: the %s reads the new config back differently"
-                                % name)
+def check_round_trip(text, data):
+    """Raise SettingsError unless ``text`` reads back as ``data``: the last guard before
+    anything is written."""
+    try:
+        back = load_config_text(text)[0]
+    except ConfigParseError as e:
+        raise SettingsError("internal error: the new config does not read back: %s" % e)
+    if not same(back, data):
+        raise SettingsError("internal error: the new config reads back differently")
 
 
 # -- memory reservations --------------------------------------------------------------------

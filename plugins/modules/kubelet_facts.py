@@ -24,8 +24,8 @@ description:
     (C(--flag=value), C(--flag value), bare booleans, repeated flags), robust to processes
     vanishing mid-scan.
   - Reads the KubeletConfiguration file (C(--config), else C(/var/lib/kubelet/config.yaml), or
-    O(config_path)) as JSON or YAML. PyYAML is used when the node has it; otherwise a built-in
-    parser for the block-YAML subset kubelet configs use. C(--config-dir) drop-ins
+    O(config_path)) as JSON or YAML (PyYAML's safe loader; anchors, aliases and nesting deeper than 64
+    levels are refused). C(--config-dir) drop-ins
     (C(*.conf), name order) are merged over it like the kubelet does.
   - Reports the effective values the kubelet uses, with the kubelet's precedence (defaults <
     config file < drop-ins < command-line flags) - CPU manager policy, cgroup driver, root dir,
@@ -113,6 +113,9 @@ attributes:
   action_group:
     membership:
       - kubegpu.fleet.node
+requirements:
+  - PyYAML on the managed node (package C(python3-yaml); cloud-init depends on it, so cloud
+    images have it). Without it the task fails naming the package to install.
 notes:
   - Runs on Python 3.8 and later; PyYAML is optional on the node.
   - Kubernetes 1.31+ can take the cgroup driver from the container runtime
@@ -264,7 +267,7 @@ ansible_facts:
           type: bool
           returned: always
         config_parser:
-          description: V(json), V(pyyaml) or V(fallback) (built-in YAML subset parser).
+          description: V(json) or V(pyyaml), what read the file; null when it was not read.
           type: str
           returned: always
         config:
@@ -409,6 +412,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import require_yaml
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
@@ -427,6 +431,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    require_yaml(module, "to read the KubeletConfiguration and its drop-ins")
     try:
         result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path)
     except ProbeFailed as e:

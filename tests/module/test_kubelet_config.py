@@ -249,26 +249,22 @@ def _python_without_yaml(tmp_path):
     return os.path.join(venv, "bin", "python3")
 
 
-def test_node_without_pyyaml_uses_the_fallback_parser_and_writes_the_same_file(ansible, tmp_path):
+def test_node_without_pyyaml_fails_with_missing_required_lib_and_changes_nothing(ansible, tmp_path):
+    """The real module under an interpreter that cannot import yaml: missing_required_lib with
+    the package to install, no traceback, the file and its directory untouched."""
     py = _python_without_yaml(tmp_path)
     probe = subprocess.run([py, "-c", "import yaml"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, check=False)
     assert probe.returncode != 0 and "No module named 'yaml'" in probe.stderr
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    without = Node(tmp_path / "a")
-    with_yaml = Node(tmp_path / "b")
-    args = dict(memory_reservation={}, settings={"featureGates": {"KubeletPodResourcesGet": True},
-                                                 "tlsCipherSuites": ["TLS_AES_128_GCM_SHA256"],
-                                                 "providerID": "yes", "podCIDR": "2001-01-01"})
-    res_without = ok(run(ansible, without.args(**args), diff=True,
-                         task_extra={"vars": {"ansible_python_interpreter": py}}))
-    res_with = ok(run(ansible, with_yaml.args(**args), diff=True))
-    assert res_without["parser"] == "fallback" and res_with["parser"] == "pyyaml"
-    assert res_without["changed"] and res_with["changed"]
-    assert without.text() == with_yaml.text()
-    assert res_without["config"] == res_with["config"]
-    data = yaml.safe_load(without.text())
-    assert data["providerID"] == "yes" and data["podCIDR"] == "2001-01-01"   # quoted where needed
-    assert ok(run(ansible, without.args(**args), task_extra={"vars": {"ansible_python_interpreter": py}})
-              )["changed"] is False
+    (tmp_path / "node").mkdir()
+    node = Node(tmp_path / "node")
+    before = sorted(os.listdir(str(tmp_path / "node")))
+    res = failed(run(ansible, node.args(memory_reservation={}, settings={"maxPods": 64}),
+                     task_extra={"vars": {"ansible_python_interpreter": py}}),
+                 "Failed to import the required Python library (PyYAML)", py,
+                 "to read and write the KubeletConfiguration", "python3-yaml", "pip install PyYAML")
+    assert res["changed"] is False
+    assert node.text() == CONFIG and node.backups() == []
+    assert sorted(os.listdir(str(tmp_path / "node"))) == before
+    # the same task with PyYAML importable edits the file
+    assert ok(run(ansible, node.args(memory_reservation={}, settings={"maxPods": 64})))["changed"]

@@ -190,7 +190,8 @@ def test_bad_options_fail_with_a_message(ansible, args, words):
     assert "Traceback" not in res.get("module_stderr", "")
 
 
-def _python_without_yaml():
+def _python_without_yaml(tmp_path):
+    """An interpreter that cannot import PyYAML: a Python 3.8 without it, else a bare venv."""
     candidates = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8")) + \
         ["/usr/bin/python3.8"]
     for py in candidates:
@@ -200,24 +201,30 @@ def _python_without_yaml():
                              stderr=subprocess.DEVNULL)
         if rc != 0:
             return py
-    return None
+    venv = str(tmp_path / "noyaml")
+    subprocess.check_call([shutil.which("python3") or sys.executable, "-m", "venv",
+                           "--without-pip", venv])
+    return os.path.join(venv, "bin", "python3")
 
 
-def test_python38_node_without_pyyaml_uses_the_fallback_parser(ansible, tmp_path):
-    py38 = _python_without_yaml()
-    if py38 is None:
-        pytest.skip("no Python 3.8 without PyYAML on this machine")
+def test_node_without_pyyaml_fails_with_missing_required_lib(ansible, tmp_path):
+    py = _python_without_yaml(tmp_path)
+    probe = subprocess.run([py, "-c", "import yaml"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert probe.returncode != 0 and "No module named 'yaml'" in probe.stderr
     fp, _cfg = _tree(tmp_path, ["/usr/bin/kubelet", "--config", "@CONFIG@", "--v=2"],
                      "gpu-static-config.yaml.fixture", mem=2048 * GIB)
-    on_38 = _facts(run(ansible, {"proc_path": fp.path},
-                       task_extra={"vars": {"ansible_python_interpreter": py38}}))
-    on_venv = _facts(run(ansible, {"proc_path": fp.path}))
-    assert on_38["config_parser"] == "fallback"
-    assert on_venv["config_parser"] == "pyyaml"
-    on_38.pop("config_parser")
-    on_venv.pop("config_parser")
-    assert on_38 == on_venv
-    assert on_38["memory"]["reserved_total_bytes"] == 4 * GIB + 7 * GIB // 2
+    res = run(ansible, {"proc_path": fp.path},
+              task_extra={"vars": {"ansible_python_interpreter": py}})
+    assert res["_rc"] != 0 and res.get("failed") is True, res
+    assert "Traceback" not in res.get("module_stderr", "") + res["msg"]
+    for words in ("Failed to import the required Python library (PyYAML)", py,
+                  "to read the KubeletConfiguration", "python3-yaml", "pip install PyYAML"):
+        assert words in res["msg"], res["msg"]
+    assert "ansible_facts" not in res
+    facts = _facts(run(ansible, {"proc_path": fp.path}))   # with PyYAML: the config reads
+    assert facts["config_parser"] == "pyyaml"
+    assert facts["memory"]["reserved_total_bytes"] == 4 * GIB + 7 * GIB // 2
 
 
 def test_real_proc_without_kubelet(ansible):

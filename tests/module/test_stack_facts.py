@@ -6,13 +6,10 @@ from __future__ import absolute_import, division, print_function
 
 import os
 import shutil
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit", "plugins", "module_utils"))
-import test_nvidia_stack as t  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils import test_nvidia_stack as t
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-query"), reason="needs dpkg-query")
 

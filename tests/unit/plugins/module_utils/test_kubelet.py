@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
 """kubelet module_utils: quantities, the GKE ladder, flags, /proc scanning, config, facts."""
+import json
 import os
 import shutil
 import subprocess
@@ -434,11 +435,10 @@ def test_parse_config_messages():
     assert err is None and "apiVersion 'v1'" in _w[0]
 
 
-@pytest.mark.parametrize("use_pyyaml", [True, False])
-def test_malformed_config_message_names_file_and_line(use_pyyaml):
+def test_malformed_config_message_names_file_and_line():
     with open(fixture_path("malformed-config.yaml.fixture")) as f:
         text = f.read()
-    cfg, _p, err, _w = k.parse_config(text, "/etc/kubelet.yaml", use_pyyaml=use_pyyaml)
+    cfg, _p, err, _w = k.parse_config(text, "/etc/kubelet.yaml")
     assert cfg == {}
     assert err.startswith("cannot parse /etc/kubelet.yaml: ")
     assert "line 6" in err
@@ -473,6 +473,134 @@ def test_merge_patch():
     assert k.merge_patch(base, {"a": {"c": [3], "x": 1}, "d": None}) == {
         "a": {"b": 1, "c": [3], "x": 1}, "e": 2}
     assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 1, "e": 2}
+
+
+# RFC 7386 section 3, "Example Test Cases": (original, patch, result), all eighteen of them.
+RFC7386_CASES = [
+    ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+    ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+    ({"a": "b"}, {"a": None}, {}),
+    ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+    ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+    ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+    ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+    ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+    (["a", "b"], ["c", "d"], ["c", "d"]),
+    ({"a": "b"}, ["c"], ["c"]),
+    ({"a": "foo"}, None, None),
+    ({"a": "foo"}, "bar", "bar"),
+    ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+    ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+    ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+]
+
+
+@pytest.mark.parametrize("original,patch,result", RFC7386_CASES)
+def test_merge_patch_rfc7386_examples(original, patch, result):
+    assert k.merge_patch(original, patch) == result
+
+
+def test_merge_patch_rfc7386_section1_example_keeps_order_and_shares_nothing():
+    target = {"title": "Goodbye!", "author": {"givenName": "John", "familyName": "Doe"},
+              "tags": ["example", "sample"], "content": "This will be unchanged"}
+    patch = {"title": "Hello!", "phoneNumber": "+01-123-456-7890",
+             "author": {"familyName": None}, "tags": ["example"]}
+    out = k.merge_patch(target, patch)
+    assert out == {"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
+                   "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"}
+    assert list(out) == ["title", "author", "tags", "content", "phoneNumber"]  # new keys last
+    out["author"]["givenName"] = "Jane"
+    out["tags"].append("x")
+    assert target["author"]["givenName"] == "John" and patch["tags"] == ["example"]
+
+
+# -- the KubeletConfiguration reader (PyYAML's safe loader with refusals) --------------------
+BOMB = ("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + "".join("%s: &%s [%s]\n" % (n, n, ", ".join(["*" + p] * 9))
+                  for p, n in zip("abcdefgh", "bcdefghi")))
+
+
+@pytest.mark.parametrize("text,line", [
+    ("base: &anchor {a: 1}\n", 1),
+    ("a: 1\nb: *alias\n", 2),
+    ("- &x 1\n- *x\n", 1),
+    ("k: [&x 1, *x]\n", 1),
+    ("k: &s scalar\n", 1),
+    (BOMB, 1),
+])
+def test_anchors_and_aliases_are_refused_while_composing(text, line):
+    """A billion-laughs file (nine levels of nine aliases) is refused at its first anchor,
+    before anything is built."""
+    with pytest.raises(k.ConfigParseError) as e:
+        k.load_config_text(text)
+    assert "anchors and aliases (&name, *name) are refused" in str(e.value)
+    assert e.value.line == line and str(e.value).startswith("line %d: " % line)
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100000,
+    "{" * 100000 + "}" * 100000,
+    "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 3000)),
+    "x: " + "[" * 5000 + "]" * 5000,
+    "x: " + "[" * 70 + "]" * 70,
+    "- " * 5000 + "a\n",
+    '{"Data": ' + "[" * 100000 + "]" * 100000 + "}",
+    '{"x": ' + "[" * 70 + "]" * 70 + "}",
+])
+def test_deep_nesting_is_a_parse_error_not_a_recursion_error(text):
+    with pytest.raises(k.ConfigParseError) as e:
+        k.load_config_text(text)
+    assert "nested" in str(e.value)
+
+
+def test_nesting_within_the_bound_reads():
+    nested = "[" * 62 + "1" + "]" * 62   # 63 levels with the top mapping: within 64
+    assert k.load_config_text("x: " + nested + "\n")[0]["x"] == json.loads(nested)
+    assert k.load_config_text('{"x": %s}' % nested)[0]["x"] == json.loads(nested)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("a: b: c\n", "mapping values are not allowed"),
+    ("a: [1\n", "expected ',' or ']'"),
+    ("a: 1\n---\nb: 2\n", "expected a single document"),
+    ("a: x\n\tb: y\n", "found character '\\t' that cannot start any token at line 2, column 1"),
+    ("a: \"bad \\q escape\"\n", "unknown escape"),
+    ("a: !!binary x\n", "base64"),
+    ("a: !!python/object:os.system x\n", "could not determine a constructor"),
+    ("{a: 1}: b\n", "unhashable"),
+])
+def test_bad_yaml_is_a_config_parse_error_naming_the_problem(text, words):
+    with pytest.raises(k.ConfigParseError) as e:
+        k.load_config_text(text)
+    assert words in str(e.value)
+
+
+def test_load_config_text_readers_and_types():
+    assert k.load_config_text('{"kind": "KubeletConfiguration"}') == (
+        {"kind": "KubeletConfiguration"}, "json")
+    # JSON-looking YAML (single quotes, comments) falls through to YAML
+    assert k.load_config_text("{'a': 1} # c\n") == ({"a": 1}, "pyyaml")
+    data, parser = k.load_config_text(
+        "b: yes\nn: ~\ni: 0x1F\nf: 1.5\ns: 1e3\nq: '10'\nd: 2001-12-14\n"
+        "t: 2001-12-14t21:59:43.10-05:00\nbin: !!binary aGk=\nset: !!set {y, x}\n"
+        "2001-12-15: key\n")
+    assert parser == "pyyaml"
+    assert data == {"b": True, "n": None, "i": 31, "f": 1.5, "s": "1e3", "q": "10",
+                    "d": "2001-12-14", "t": "2001-12-14t21:59:43.10-05:00", "bin": "hi",
+                    "set": ["x", "y"], "2001-12-15": "key"}
+    json.dumps(data)  # facts must be JSON-safe
+    assert list(data) == ["b", "n", "i", "f", "s", "q", "d", "t", "bin", "set", "2001-12-15"]
+
+
+def test_config_error_when_pyyaml_is_missing(monkeypatch):
+    """The audit keeps going on a node without PyYAML: a YAML config is a config_error naming
+    the package; a JSON one still reads. (The modules fail first: tests/module.)"""
+    monkeypatch.setattr(k, "HAS_YAML", False)
+    cfg, parser, err, _w = k.parse_config("kind: KubeletConfiguration\n", "/c.yaml")
+    assert cfg == {} and parser is None
+    assert "cannot parse /c.yaml: PyYAML is not installed" in err and "python3-yaml" in err
+    assert k.parse_config('{"kind": "KubeletConfiguration"}', "/c.json")[:3] == (
+        {"kind": "KubeletConfiguration"}, "json", None)
 
 
 def test_kubelet_view_paths(tmp_path):
@@ -572,17 +700,16 @@ def test_facts_gke_meets_its_own_ladder(tmp_path):
     assert mem["eviction_hard"]["configured"]["pid.available"] == "10%"
 
 
-def _hand_written_facts(tmp_path, use_pyyaml):
+def _hand_written_facts(tmp_path):
     tmp_path.mkdir(exist_ok=True)
     fp, _cfg = _kubelet_tree(tmp_path, ["/usr/bin/kubelet", "--config", "@CONFIG@"],
                              _read("gpu-static-config.yaml.fixture"), mem=2048 * GIB)
-    return k.gather_kubelet_facts(fp.path, use_pyyaml=use_pyyaml)
+    return k.gather_kubelet_facts(fp.path)
 
 
-@pytest.mark.parametrize("use_pyyaml", [True, False])
-def test_facts_hand_written_config_both_parsers(tmp_path, use_pyyaml):
-    facts = _hand_written_facts(tmp_path, use_pyyaml)
-    assert facts["config_parser"] == ("pyyaml" if use_pyyaml else "fallback")
+def test_facts_hand_written_config(tmp_path):
+    facts = _hand_written_facts(tmp_path)
+    assert facts["config_parser"] == "pyyaml"
     assert facts["cpu_manager_policy"] == "static"
     mem = facts["memory"]
     assert mem["system_reserved"]["bytes"] == 4 * GIB
@@ -594,19 +721,6 @@ def test_facts_hand_written_config_both_parsers(tmp_path, use_pyyaml):
     assert mem["enforce_node_allocatable"] == ["pods", "system-reserved", "kube-reserved"]
     assert mem["allocatable_bytes"] == 2048 * GIB - mem["reserved_total_bytes"] - \
         int(2048 * GIB * 0.02)
-
-
-def test_fallback_and_pyyaml_give_identical_facts(tmp_path):
-    a = _hand_written_facts(tmp_path / "a", True)
-    b = _hand_written_facts(tmp_path / "b", False)
-    for facts in (a, b):
-        facts.pop("config_parser")
-        facts.pop("exe")
-        for key in ("config_path", "config_read_path"):
-            facts[key] = os.path.basename(facts[key])
-        facts["cmdline"] = facts["cmdline"][:2]
-        facts["flags"].pop("config")
-    assert a == b
 
 
 def test_flags_override_config_maps_entirely(tmp_path):
