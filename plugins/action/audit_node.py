@@ -1,25 +1,55 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller side of kubegpu.fleet.audit_node.
+"""Controller side of kubegpu.fleet.audit_node: the node probes and the evaluation in one task.
 
-Like the driver_guard action plugin, it loads and validates the bundled known-bad driver
-catalog together with the task's ``catalog_extra`` and passes it to the module in ``_catalog``.
-A bad catalog fails only the driver_guard probe (as it fails only the driver_guard task when
-the probes run as separate tasks); the other probes still run on the node. Afterwards it sets
-the ``nvidia`` and ``kubelet`` facts from the probes that succeeded (as gpu_facts and
-kubelet_facts do), on the controller, so the facts cross the connection only once.
+1. Like the driver_guard action plugin, it loads and validates the bundled catalog v2
+   together with the task's ``catalog_extra`` and passes the driver defects to the module in ``_catalog``. A
+   bad catalog fails only the driver_guard probe (as it fails only the driver_guard task when
+   the probes run as separate tasks); the other probes still run on the node.
+2. It runs the module (every probe of the registry, module_utils/probes.py, in one round trip)
+   and sets the ``nvidia`` and ``kubelet`` facts from the probes that succeeded.
+3. It evaluates the findings here, on the controller (plugin_utils/findings.py, with the
+   catalog v2 - read once per process, plugin_utils/driver_catalog_ctl.py - and the node's API
+   view from the ``api`` option), and
+   sets ``kubegpu_audit`` - what kubegpu.fleet.audit_evaluate sets - so the audit needs one
+   task execution per node. A node the module cannot reach is recorded as unreachable (with
+   a warning; the task itself succeeds so the fact is kept), a module that fails as a whole
+   becomes an error of each probe: the node is never dropped from the report.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible.errors import AnsibleConnectionFailure
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import args_with_catalog, redact_catalog
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
+from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import (
+    EVALUATION_OPTIONS,
+    NAMES,
+    REGISTRY,
+    evaluation_input,
+)
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import audit_eval
 
 MODULE = "kubegpu.fleet.audit_node"
-PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+
+
+def whole_failure(msg):
+    """The probe results when the module failed as a whole (no ``probes``): each probe that
+    runs unconditionally failed with the module's message; those with a skip rule skipped (no
+    trustworthy input), as separate tasks would have registered them."""
+    out = {}
+    for probe in REGISTRY:
+        if probe.skip({}) is None:
+            out[probe.name] = {"changed": False, "failed": True, "msg": msg}
+        else:
+            out[probe.name] = {"changed": False, "skipped": True,
+                               "skip_reason": "audit_node failed before this probe could run"}
+    return out
 
 
 class ActionModule(ActionBase):
@@ -32,29 +62,73 @@ class ActionModule(ActionBase):
         self._supports_async = False
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
+        task_vars = task_vars or {}
+
+        node_args = dict((k, v) for k, v in self._task.args.items() if k not in EVALUATION_OPTIONS)
+        validated = ArgumentSpecValidator(EVALUATION_OPTIONS).validate(
+            dict((k, v) for k, v in self._task.args.items() if k in EVALUATION_OPTIONS))
+        if validated.error_messages:
+            result.update(failed=True, msg="; ".join(validated.error_messages))
+            return result
+        ev = validated.validated_parameters
+        error = audit_eval.check_evaluation_options(ev)
+        if error:
+            result.update(failed=True, msg=error)
+            return result
+        node = ev["node"] or task_vars.get("inventory_hostname")
 
         try:
-            args, catalog, catalog_error = args_with_catalog(self._task.args, "audit_node")
+            args, catalog, catalog_error = args_with_catalog(node_args, "audit_node")
         except ValueError as e:
             result.update(failed=True, msg=str(e))
             return result
 
-        module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        try:
+            module_result = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        except AnsibleConnectionFailure as e:
+            # Recorded, never dropped: the report lists the node as unreachable.
+            msg = to_text(e) or "unreachable"
+            audit = audit_eval.unreachable_audit(node, msg)
+            result.update(changed=False, unreachable_node=True, msg="unreachable: %s" % msg, findings=[],
+                          ansible_facts={"kubegpu_audit": audit},
+                          warnings=["%s is unreachable, recorded as such: %s" % (node, msg)])
+            return result
+        if module_result.get("unreachable"):
+            msg = module_result.get("msg") or "unreachable"
+            result.update(changed=False, unreachable_node=True, msg="unreachable: %s" % msg, findings=[],
+                          ansible_facts={"kubegpu_audit": audit_eval.unreachable_audit(node, msg)},
+                          warnings=["%s is unreachable, recorded as such: %s" % (node, msg)])
+            return result
         if catalog is not None:
             redact_catalog(module_result, catalog)
+
         probes = module_result.get("probes")
+        facts = {}
         if isinstance(probes, dict):
             if catalog_error is not None:
                 # What the driver_guard task reports for a bad catalog, before reaching the node.
                 probes["driver_guard"] = {"changed": False, "failed": True, "msg": catalog_error}
                 failed = set(module_result.get("failed_probes") or []) | set(["driver_guard"])
-                module_result["failed_probes"] = [n for n in PROBES if n in failed]
-            facts = {}
-            for probe, key in (("gpu_facts", "nvidia"), ("kubelet_facts", "kubelet")):
-                res = probes.get(probe) or {}
-                if not res.get("failed") and key in (res.get("ansible_facts") or {}):
-                    facts[key] = res["ansible_facts"][key]
-            if facts:
-                module_result["ansible_facts"] = facts
+                module_result["failed_probes"] = [n for n in NAMES if n in failed]
+            for probe in REGISTRY:
+                res = probes.get(probe.name) or {}
+                if probe.facts and not res.get("failed") and probe.facts in (res.get("ansible_facts") or {}):
+                    facts[probe.facts] = res["ansible_facts"][probe.facts]
+        else:
+            # The module failed as a whole (no Python, a crash): every probe is in error.
+            msg = module_result.get("msg") or "audit_node failed"
+            probes = whole_failure(msg)
+            module_result = dict(changed=False, probes=probes, failed_probes=[n for n in NAMES if probes[n].get("failed")],
+                                 msg="audit_node failed: %s" % msg,
+                                 warnings=list(module_result.get("warnings") or []) + ["audit_node failed: %s" % msg])
+
+        ctx, errors = evaluation_input(probes)
+        catalog_v2, catalog_v2_error = audit_eval.load_evaluation_catalog(node_args.get("catalog_extra"))
+        if catalog_v2_error is not None:
+            errors["catalog_v2"] = catalog_v2_error
+        ctx.update(api=ev["api"], errors=errors, catalog=catalog_v2 or [])
+        findings, audit = audit_eval.evaluate(node, ctx, ev)
+        facts["kubegpu_audit"] = audit
         result.update(module_result)
+        result.update(failed=False, changed=False, findings=findings, ansible_facts=facts)
         return result

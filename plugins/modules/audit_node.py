@@ -9,26 +9,31 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: audit_node
-short_description: Run every audit probe of a GPU node in one module run
+short_description: Audit a GPU node - every node probe in one module run, findings on the controller
 version_added: 0.2.0
 description:
-  - Runs, in one Python process on the node, the probes the C(kubegpu.fleet.audit) role
-    needs - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
+  - Runs, in one Python process on the node, the probes of the audit's probe registry
+    (C(plugins/module_utils/probes.py)) - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
     M(kubegpu.fleet.driver_guard) (O(kubegpu.fleet.driver_guard#module:state=audit)),
     M(kubegpu.fleet.checkpoint_sync) (O(kubegpu.fleet.checkpoint_sync#module:state=checked))
-    and M(kubegpu.fleet.cgroup_devices) - with the same code those modules run, and returns
-    each probe's result under RV(probes) exactly as the module's task would have returned it.
-  - One module run instead of five saves the controller four task executions (a worker
-    process, a connection round trip and a module transfer each) per node.
-  - The probes are chained the way the audit role chains the modules. driver_guard gets the
-    driver and kernel module versions, MIG state and GPU names from gpu_facts.
-    checkpoint_sync runs only when the NVML probe answered without errors (a stale check
-    needs a trustworthy device list) and reads the checkpoint kubelet_facts found.
-    cgroup_devices runs only when an NVIDIA driver is present; when it is skipped,
-    C(skip_reason) says whether gpu_facts failed (and why) or found no driver.
+    and M(kubegpu.fleet.cgroup_devices) - with the same code and option defaults those modules use,
+    and returns each probe's result under RV(probes) exactly as the module's task would have returned it.
+  - Then, in the same task and on the controller, evaluates the findings as M(kubegpu.fleet.audit_evaluate)
+    does (with the node's API view in O(api) and the bundled catalog v2) and sets the fact
+    C(kubegpu_audit) that M(kubegpu.fleet.audit_report) aggregates. The C(kubegpu.fleet.audit) role
+    needs one task execution per node.
+  - The probes are chained by the registry. driver_guard gets the driver and kernel module
+    versions, MIG state and GPU names from gpu_facts. checkpoint_sync runs only when the NVML
+    probe answered without errors (a stale check needs a trustworthy device list) and reads the
+    checkpoint kubelet_facts found. cgroup_devices runs only when an NVIDIA driver is present;
+    when it is skipped, C(skip_reason) says whether gpu_facts failed (and why) or found no driver.
   - A probe that fails - or raises - becomes a failed result (C(failed), C(msg)) for that
-    probe only; the other probes still run and the task itself does not fail, like the
-    five tasks with C(ignore_errors).
+    probe only and an C(audit.module_failed) finding; the other probes still run and the task
+    itself does not fail.
+  - A node the module cannot reach is recorded with C(kubegpu_audit.status=unreachable) and a
+    warning, and the task succeeds so the fact is kept; a module run that fails as a whole
+    (no Python on the node) makes each probe failed with its message. The node is never
+    dropped from the report.
   - The gpu_facts probe keeps its guarantee - the NVML (or C(nvidia-smi)) call runs in a
     forked child that is killed after O(timeout) seconds (C(probe.status=hung)).
   - The known-bad driver catalog is bundled with the collection; the action plugin reads it on
@@ -86,6 +91,8 @@ options:
     description:
       - Additional known-bad catalog entries for the driver_guard probe, as
         M(kubegpu.fleet.driver_guard) O(kubegpu.fleet.driver_guard#module:catalog_extra).
+      - Items that are catalog v2 documents (C(schema_version=2)) are also added to the bundled
+        catalog v2 the findings are evaluated with.
     type: raw
   sys_path:
     description: Where the node's sysfs is mounted, for the PCI scan of gpu_facts.
@@ -103,6 +110,33 @@ options:
     description: The kernel ring buffer read when the journal holds no kernel messages.
     type: path
     default: /dev/kmsg
+  node:
+    description:
+      - Kubernetes node name of the host, for the findings and C(kubegpu_audit.node). Defaults to
+        the inventory hostname. Evaluated on the controller, never sent to the node.
+    type: str
+  api:
+    description:
+      - This node's entry of the view from M(kubegpu.fleet.audit_cluster)
+        (C(kubegpu_cluster.cluster.nodes[node])), as M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:api).
+    type: dict
+    default: {}
+  pending_threshold:
+    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:pending_threshold).
+    type: int
+    default: 300
+  memory_min_fraction:
+    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:memory_min_fraction).
+    type: float
+    default: 0.8
+  skip:
+    description: Finding ids not to report.
+    type: list
+    elements: str
+    default: []
+  expected_gpus:
+    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:expected_gpus).
+    type: int
   _catalog:
     description:
       - Internal. Set by the action plugin to the bundled catalog; do not set it.
@@ -124,16 +158,18 @@ attributes:
     membership:
       - kubegpu.fleet.node
 notes:
-  - The C(kubegpu.fleet.audit) role uses this module (entry point C(main)); its entry point
-    C(node_modules) runs the five modules as separate tasks instead.
+  - The C(kubegpu.fleet.audit) role uses this module (one task per node).
   - The journal scan of kubelet_facts and every other option of the five modules keep their
-    defaults.
+    module defaults (C(plugins/module_utils/probe_options.py)).
+  - To run the probes as separate tasks, chain the five modules as the registry does and pass
+    their results to M(kubegpu.fleet.audit_evaluate).
 seealso:
   - module: kubegpu.fleet.gpu_facts
   - module: kubegpu.fleet.kubelet_facts
   - module: kubegpu.fleet.driver_guard
   - module: kubegpu.fleet.checkpoint_sync
   - module: kubegpu.fleet.cgroup_devices
+  - module: kubegpu.fleet.audit_evaluate
 """
 
 EXAMPLES = r"""
@@ -141,6 +177,16 @@ EXAMPLES = r"""
   kubegpu.fleet.audit_node:
     timeout: 5
   register: node_audit
+
+- name: Audit a node with its API view (as the kubegpu.fleet.audit role does)
+  kubegpu.fleet.audit_node:
+    node: "{{ kubegpu_node_name }}"
+    api: "{{ hostvars['localhost'].kubegpu_cluster.cluster.nodes[kubegpu_node_name] | default({}) }}"
+    skip: [kubelet.memory_reservation]
+
+- name: Show the findings
+  ansible.builtin.debug:
+    msg: "{{ kubegpu_audit.findings | map(attribute='id') | list }}"
 
 - name: Show the driver verdict
   ansible.builtin.debug:
@@ -198,21 +244,33 @@ probes:
     cgroup_devices: {changed: false, broken: [], summary: {pods: 1, containers: 2}}
 failed_probes:
   description: Names of the probes that failed, in run order.
-  returned: always
+  returned: when the node was reached
   type: list
   elements: str
   sample: [kubelet_facts]
 elapsed:
   description: Seconds each probe took (0 for a skipped one).
-  returned: always
+  returned: when the module ran
   type: dict
   sample: {gpu_facts: 0.021, kubelet_facts: 0.004, driver_guard: 0.03, checkpoint_sync: 0.001, cgroup_devices: 0.01}
+findings:
+  description: Findings for the node (id, severity, title, evidence, remediation, references), as
+    M(kubegpu.fleet.audit_evaluate) returns them.
+  returned: always
+  type: list
+  elements: dict
 ansible_facts:
   description:
+    - C(kubegpu_audit) with C(node), C(status) (C(audited) or C(unreachable)), C(findings) and,
+      for an unreachable node, C(error) - what M(kubegpu.fleet.audit_evaluate) sets.
     - C(nvidia) and C(kubelet), as M(kubegpu.fleet.gpu_facts) and M(kubegpu.fleet.kubelet_facts)
       set them, when those probes succeeded (set by the action plugin on the controller).
-  returned: when gpu_facts or kubelet_facts succeeded
+  returned: always
   type: dict
+unreachable_node:
+  description: True when the node could not be reached (the probes did not run).
+  returned: when the node was unreachable
+  type: bool
 """
 
 import time
@@ -220,20 +278,14 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices_run import cgroup_devices_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import DEFAULT_PATH
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint_run import checkpoint_inspect
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
-    DRIVER_GUARD_ENVIRON,
-    driver_guard_evaluate,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
-
-PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import (
+    EVALUATION_OPTIONS,
+    NAMES,
+    audit_argument_spec,
+    run_all,
+)
 
 
 def _raised_at(exc):
@@ -265,149 +317,23 @@ def _run_probe(name, func, warn):
     return result
 
 
-def _skipped(reason):
-    return dict(changed=False, skipped=True, skip_reason=reason)
-
-
-def _nvidia(gpu):
-    """ansible_facts.nvidia of a gpu_facts result, {} when the probe failed."""
-    if gpu.get("failed"):
-        return {}
-    return (gpu.get("ansible_facts") or {}).get("nvidia") or {}
-
-
-def driver_guard_params(p, nv):
-    """driver_guard's options as the audit role passes them, from the gpu_facts facts."""
-    mig_mixed = nv.get("mig_mixed")
-    mig_enabled = nv.get("mig_enabled")
-    return dict(
-        state="audit",
-        driver_version=nv.get("driver_version") or None,
-        kernel_module_version=nv.get("kernel_module_version") or None,
-        mig_mixed=mig_mixed if isinstance(mig_mixed, bool) else None,
-        mig_enabled=mig_enabled if isinstance(mig_enabled, bool) else None,
-        toolkit_version=None,
-        gpu_names=[g.get("name") for g in nv.get("gpus") or []
-                   if isinstance(g, dict) and isinstance(g.get("name"), str)],
-        catalog_extra=p["catalog_extra"],
-        skip_entries=[],
-        package_root="/",
-        proc_path=p["nvidia_proc_path"],
-        dev_path=p["dev_path"],
-        driver_root=p["driver_root"],
-        backend="auto",
-        timeout=p["timeout"],
-        _catalog=p["_catalog"],
-    )
-
-
-def cgroup_skip_reason(gpu, nv):
-    """Why cgroup_devices is not run: gpu_facts failed (and why), or it found no driver (and
-    what it could not read, when procfs was not fully readable)."""
-    if gpu.get("failed"):
-        return "gpu_facts failed, so whether an NVIDIA driver is present is unknown: %s" % (
-            gpu.get("msg") or "no message")
-    reason = "no NVIDIA driver present (gpu_facts: probe %s%s)" % (
-        (nv.get("probe") or {}).get("status"),
-        ", %s" % (nv.get("probe") or {}).get("error") if (nv.get("probe") or {}).get("error") else "")
-    unread = [w for w in nv.get("warnings") or [] if isinstance(w, str) and w.startswith("cannot ")]
-    if unread:
-        reason += "; but procfs was not fully readable: %s" % "; ".join(unread)
-    return reason
-
-
-def checkpoint_params(nv, kubelet):
-    """checkpoint_sync's options (state checked) as the audit role passes them."""
-    kl = {} if kubelet.get("failed") else (kubelet.get("ansible_facts") or {}).get("kubelet") or {}
-    device_ids = nv.get("device_ids", [])
-    if device_ids is None:
-        raise ProbeFailed("missing required arguments: device_ids")
-    return dict(path=kl.get("checkpoint_path") or DEFAULT_PATH,
-                device_ids=[str(d) for d in device_ids], resource_names=["nvidia.com/*"],
-                state="checked", restart_kubelet=True, kubelet_service="kubelet", backup=True,
-                force=False)
-
-
 def run_probes(module):
-    """Run the five probes in the audit role's order; return (probes, elapsed)."""
-    p = module.params
-    if p["nvidia_proc_path"] is None:
-        p["nvidia_proc_path"] = p["proc_path"]
-    probes, elapsed = {}, {}
-
-    def timed(name, func):
-        start = time.time()
-        probes[name] = _run_probe(name, func, module.warn)
-        elapsed[name] = round(time.time() - start, 3)
-
-    # dpkg-query/rpm with a deadline, bounded output and valid UTF-8 text (safe_io).
-    driver_guard_run_command = bounded_runner(environ_update=DRIVER_GUARD_ENVIRON)
-
-    timed("gpu_facts", lambda warn: gpu_facts_run(
-        dict(proc_path=p["nvidia_proc_path"], dev_path=p["dev_path"], driver_root=p["driver_root"],
-             backend=p["backend"], timeout=p["timeout"], sys_path=p["sys_path"], xid=p["xid"],
-             xid_timeout=p["xid_timeout"], kmsg_path=p["kmsg_path"]), warn))
-    nv = _nvidia(probes["gpu_facts"])
-
-    timed("kubelet_facts", lambda warn: kubelet_facts_run(
-        dict(proc_path=p["proc_path"], config_path=p["kubelet_config_path"] or None,
-             scan_journal=True, journal_unit="kubelet", journal_since="-2h"),
-        module.run_command, module.get_bin_path))
-
-    timed("driver_guard", lambda warn: driver_guard_evaluate(
-        driver_guard_params(p, nv), driver_guard_run_command, module.get_bin_path, warn)[0])
-
-    probe = nv.get("probe") or {}
-    if probe.get("status") == "ok" and not probe.get("errors"):
-        timed("checkpoint_sync", lambda warn: checkpoint_inspect(
-            checkpoint_params(nv, probes["kubelet_facts"]), warn)[0])
-    else:
-        probes["checkpoint_sync"] = _skipped(
-            "the NVML probe did not answer without errors (status %s): no trustworthy device list"
-            % (probe.get("status"),))
-        elapsed["checkpoint_sync"] = 0
-
-    if nv.get("present"):
-        timed("cgroup_devices", lambda warn: cgroup_devices_run(
-            dict(cgroup_root=p["cgroup_root"], proc_path=p["nvidia_proc_path"],
-                 dev_path=p["dev_path"], mode=p["cgroup_mode"], kubepods_path=None,
-                 probe_method="access", probe_timeout=10.0, process_evidence=True), warn))
-    else:
-        probes["cgroup_devices"] = _skipped(cgroup_skip_reason(probes["gpu_facts"], nv))
-        elapsed["cgroup_devices"] = 0
-    return probes, elapsed
+    """Run the registered probes (module_utils/probes.py) in order; return (probes, elapsed)."""
+    params = dict((k, v) for k, v in module.params.items() if k not in EVALUATION_OPTIONS)
+    return run_all(params, module, lambda name, func: _run_probe(name, func, module.warn), time.time)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            proc_path=dict(type="path", default="/proc"),
-            nvidia_proc_path=dict(type="path"),
-            dev_path=dict(type="path", default="/dev"),
-            driver_root=dict(type="path", default="/"),
-            backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
-            timeout=dict(type="float", default=10.0),
-            kubelet_config_path=dict(type="path"),
-            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
-            cgroup_mode=dict(type="str", default="auto", choices=["auto", "list", "probe"]),
-            catalog_extra=dict(type="raw"),
-            sys_path=dict(type="path", default="/sys"),
-            xid=dict(type="bool", default=True),
-            xid_timeout=dict(type="float", default=10.0),
-            kmsg_path=dict(type="path", default="/dev/kmsg"),
-            _catalog=dict(type="raw"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=audit_argument_spec(), supports_check_mode=True)
     try:
         safe_io.check_timeout(module.params["timeout"], "timeout", minimum=0.001)
     except safe_io.UnsafeInput as e:
         module.fail_json(msg=str(e))
     probes, elapsed = run_probes(module)
-    failed = [name for name in PROBES if probes[name].get("failed")]
+    failed = [name for name in NAMES if probes[name].get("failed")]
     msg = "%d probes run, %d skipped, %d failed%s" % (
-        len([n for n in PROBES if not probes[n].get("skipped")]),
-        len([n for n in PROBES if probes[n].get("skipped")]), len(failed),
+        len([n for n in NAMES if not probes[n].get("skipped")]),
+        len([n for n in NAMES if probes[n].get("skipped")]), len(failed),
         (": " + ", ".join(failed)) if failed else "")
     module.exit_json(changed=False, probes=probes, failed_probes=failed, elapsed=elapsed, msg=msg)
 

@@ -277,22 +277,15 @@ host_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices_run import cgroup_devices_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
-            proc_path=dict(type="path", default="/proc"),
-            dev_path=dict(type="path", default="/dev"),
-            mode=dict(type="str", default="auto", choices=["auto", "list", "probe"]),
-            kubepods_path=dict(type="str"),
-            probe_method=dict(type="str", default="access", choices=["access", "open"]),
-            probe_timeout=dict(type="float", default=10.0),
-            process_evidence=dict(type="bool", default=True),
-        ),
+        # the audit's probe registry uses the same options (module_utils/probes.py)
+        argument_spec=probe_options.spec(probe_options.CGROUP_DEVICES),
         supports_check_mode=True,
     )
     try:

@@ -224,9 +224,8 @@ kubelet_restarted:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options, safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
-    DEFAULT_PATH,
     CheckpointError,
     backup_and_remove,
     describe,
@@ -301,17 +300,8 @@ def _remove(module, result, data, before, reason):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", default=DEFAULT_PATH),
-            device_ids=dict(type="list", elements="str", required=True),
-            resource_names=dict(type="list", elements="str", default=["nvidia.com/*"]),
-            state=dict(type="str", choices=["checked", "synced"], default="checked"),
-            restart_kubelet=dict(type="bool", default=True),
-            kubelet_service=dict(type="str", default="kubelet"),
-            restart_timeout=dict(type="float", default=300.0),
-            backup=dict(type="bool", default=True),
-            force=dict(type="bool", default=False),
-        ),
+        # the audit's probe registry uses the same options (module_utils/probes.py)
+        argument_spec=probe_options.spec(probe_options.CHECKPOINT_SYNC),
         supports_check_mode=True,
     )
     p = module.params

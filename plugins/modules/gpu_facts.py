@@ -372,24 +372,15 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import BACKENDS
+from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            timeout=dict(type="float", default=10.0),
-            backend=dict(type="str", default="auto", choices=list(BACKENDS)),
-            proc_path=dict(type="path", default="/proc"),
-            dev_path=dict(type="path", default="/dev"),
-            driver_root=dict(type="path", default="/"),
-            sys_path=dict(type="path", default="/sys"),
-            xid=dict(type="bool", default=True),
-            xid_timeout=dict(type="float", default=10.0),
-            kmsg_path=dict(type="path", default="/dev/kmsg"),
-        ),
+        # the audit's probe registry uses the same options (module_utils/probes.py)
+        argument_spec=probe_options.spec(probe_options.GPU_FACTS),
         supports_check_mode=True,
     )
     try:

@@ -97,8 +97,8 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
 
 
 def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
-    """The real role's main entry point: audit_node cannot reach the host, the evaluation records
-    it as unreachable with the connection error, and the report lists it."""
+    """The real role's main entry point: audit_node cannot reach the host, its action records
+    it as unreachable with the connection error (one task), and the report lists it."""
     report_dir = str(tmp_path / "reports")
     inventory = tmp_path / "inv.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {
@@ -111,10 +111,9 @@ def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
              "vars": {"kubegpu_audit_report_dir": report_dir}}]},
     ]
     res = ansible.playbook(plays, inventory=str(inventory), env={"ANSIBLE_HOST_KEY_CHECKING": "False"})
-    probe = res.task("kubegpu.fleet.audit : Run the node probes in one module run", host="gpu-gone")
-    assert probe.get("unreachable"), probe
-    evaluated = res.task("kubegpu.fleet.audit : Evaluate findings", host="gpu-gone")
-    audit = evaluated["ansible_facts"]["kubegpu_audit"]
+    probe = res.task("kubegpu.fleet.audit : Audit the node", host="gpu-gone")
+    assert probe.get("unreachable_node") is True and "probes" not in probe, probe
+    audit = probe["ansible_facts"]["kubegpu_audit"]
     assert audit["status"] == "unreachable" and audit["findings"] == []
     assert "port 1" in audit["error"] or "Connection refused" in audit["error"], audit
     with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:

@@ -4,9 +4,10 @@
 Each scenario builds one node's filesystems in a temp dir - the fake libnvidia-ml.so.1 from
 lab/fakes/nvml (loaded by the real pynvml inside the module) with its procfs and /dev, a
 fake kubelet process (tests/fixtures/kubelet) whose --root-dir holds a device checkpoint, and
-a plain copy of a cgroup v1 devices hierarchy - then runs the audit role twice in one play:
-once through the node_modules entry point (the five node modules as separate tasks) and once
-through main (audit_node). Every probe result and the evaluated findings must be the same.
+a plain copy of a cgroup v1 devices hierarchy - then runs the audit role (audit_node: every
+probe of the registry and the evaluation in one task), and then each single-probe module as its
+own task with the parameters the registry gave that probe, and kubegpu.fleet.audit_evaluate on
+the modules' results. Every probe result and the evaluated findings must be the same.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -105,36 +106,87 @@ def node(tmp_path, driver):
     return Node(str(tmp_path), driver.root)
 
 
-def _role(single_pass, save_as):
-    return [
-        {"name": "audit single_pass=%s" % single_pass, "ansible.builtin.include_role": {
-            "name": "kubegpu.fleet.audit", "tasks_from": "main" if single_pass else "node_modules"}},
-        {"name": "save %s" % save_as, "ansible.builtin.set_fact": {save_as: {
-            "audit": "{{ kubegpu_audit }}",
-            "node": "{{ kubegpu_audit_node | default({}) }}",
-            "tasks": {"gpu_facts": "{{ kubegpu_audit_gpu | default({}) }}",
-                      "kubelet_facts": "{{ kubegpu_audit_kubelet | default({}) }}",
-                      "driver_guard": "{{ kubegpu_audit_guard | default({}) }}",
-                      "checkpoint_sync": "{{ kubegpu_audit_checkpoint | default({}) }}",
-                      "cgroup_devices": "{{ kubegpu_audit_cgroups | default({}) }}"}}}},
-    ]
+# role variable -> audit_node option, for the variables these tests set
+ROLE_VARS = {"kubegpu_proc_path": "proc_path", "kubegpu_nvidia_proc_path": "nvidia_proc_path",
+             "kubegpu_dev_path": "dev_path", "kubegpu_driver_root": "driver_root", "kubegpu_cgroup_root": "cgroup_root",
+             "kubegpu_cgroup_mode": "cgroup_mode", "kubegpu_gpu_probe_timeout": "timeout",
+             "kubegpu_kubelet_config_path": "kubelet_config_path", "kubegpu_catalog_extra": "catalog_extra"}
+
+
+def _module_params(probe, play_vars, probes):
+    """The parameters the registry gives ``probe`` for the audit_node run with the role
+    variables ``play_vars`` (audit_node's defaults for the rest) and earlier results ``probes``
+    (the internal catalog aside: the driver_guard task's own action plugin loads it)."""
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import audit_argument_spec
+
+    audit_params = dict((k, o.get("default")) for k, o in audit_argument_spec().items())
+    audit_params.update((ROLE_VARS[k], v) for k, v in play_vars.items() if k in ROLE_VARS)
+    if audit_params.get("nvidia_proc_path") is None:
+        audit_params["nvidia_proc_path"] = audit_params["proc_path"]
+    params = probe.params(audit_params, probes)
+    params.pop("_catalog", None)
+    return params
 
 
 def run_both(ansible, node, **extra_vars):
-    """Audit role with the five tasks, then with audit_node; return (five, single, seconds)."""
+    """The audit role (one audit_node task), then the five single-probe modules with the
+    registry's parameters and audit_evaluate on their results; return (five, single, seconds)."""
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import REGISTRY
+
     play_vars = dict(node.vars)
     play_vars.update(extra_vars)
-    play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": (
-        _role(False, "an_five")
-        + [{"name": "start", "ansible.builtin.set_fact": {"an_t0": "{{ now().timestamp() }}"}}]
-        + _role(True, "an_single")
-        + [{"name": "dump", "ansible.builtin.debug": {"msg": {
-            "five": "{{ an_five }}", "single": "{{ an_single }}",
-            "seconds": "{{ now().timestamp() - an_t0 | float }}"}}}])}]
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": [
+        {"name": "start", "ansible.builtin.set_fact": {"an_t0": "{{ now().timestamp() }}"}},
+        {"name": "audit", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit"}},
+        {"name": "dump", "ansible.builtin.debug": {"msg": {
+            "audit": "{{ kubegpu_audit }}", "node": "{{ kubegpu_audit_node }}",
+            "seconds": "{{ now().timestamp() - an_t0 | float }}"}}}]}]
     res = ansible.playbook(play, env=node.env)
     assert res.rc == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = res.task("dump")["msg"]
-    return out["five"], out["single"], float(out["seconds"])
+    single = res.task("dump")["msg"]
+    assert single["node"].get("unreachable_node") is not True
+    probes = single["node"]["probes"]
+
+    tasks = []
+    for probe in REGISTRY:
+        if probes[probe.name].get("skipped"):
+            continue
+        tasks.append({"name": probe.name, "kubegpu.fleet.%s" % probe.name: _module_params(probe, play_vars, probes),
+                      "register": "t_" + probe.name, "ignore_errors": True})
+    # what a user who runs the probes as separate tasks evaluates (audit_evaluate on those results;
+    # the tasks' messages equal the probes', asserted in assert_same)
+    errors = dict((name, probes[name]["msg"]) for name in probes if probes[name].get("failed"))
+    tasks.append({"name": "evaluate", "kubegpu.fleet.audit_evaluate": dict(
+        node="{{ kubegpu_node_name }}", errors=errors, **_evaluate_args(probes))})
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": tasks + [
+        {"name": "dump", "ansible.builtin.debug": {"msg": {
+            "audit": "{{ kubegpu_audit }}",
+            "tasks": dict((p.name, "{{ t_%s | default({}) }}" % p.name) for p in REGISTRY)}}}]}]
+    res = ansible.playbook(play, env=node.env)
+    assert res.rc == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    five = res.task("dump")["msg"]
+    for name in probes:
+        if probes[name].get("skipped"):
+            five["tasks"][name] = dict(probes[name])  # not run as a task: the skip rule is unit-tested
+    return five, single, float(single["seconds"])
+
+
+def _evaluate_args(probes):
+    """audit_evaluate's options from the module tasks' registered results (t_<probe>), as the
+    evaluation input of the registry maps them (a failed probe: {} and its message in errors)."""
+    out = {}
+    for name, key, facts in (("gpu_facts", "nvidia", "nvidia"), ("kubelet_facts", "kubelet", "kubelet"),
+                             ("driver_guard", "driver_guard", None), ("checkpoint_sync", "checkpoint", None),
+                             ("cgroup_devices", "cgroups", None)):
+        if probes[name].get("failed"):
+            out[key] = {}
+        elif probes[name].get("skipped"):
+            out[key] = probes[name]
+        elif facts:
+            out[key] = "{{ t_%s.ansible_facts.%s }}" % (name, facts)
+        else:
+            out[key] = "{{ t_%s }}" % name
+    return out
 
 
 def _clean(value):
@@ -162,6 +214,8 @@ def assert_same(five, single):
     assert _clean(five["audit"]) == _clean(single["audit"])
     assert _ids(five["audit"]) == _ids(single["audit"])
     assert single["audit"]["status"] == "audited"
+    # audit_node returns the findings it set in kubegpu_audit
+    assert single["node"]["findings"] == single["audit"]["findings"]
     return probes
 
 
@@ -230,11 +284,11 @@ def test_failing_probes_fail_alone(ansible, node, tmp_path):
     probes = assert_same(five, single)
     assert single["node"]["failed_probes"] == ["kubelet_facts", "driver_guard", "cgroup_devices"]
     assert "absolute path" in probes["kubelet_facts"]["msg"]
-    assert "broken-entry" in probes["driver_guard"]["msg"]
+    assert "catalog_extra" in probes["driver_guard"]["msg"]
     assert probes["gpu_facts"].get("failed") is not True
     # kubelet_facts failed, so the checkpoint is looked for at the kubelet's default path.
     assert probes["checkpoint_sync"].get("failed") is not True
-    assert single["node"]["ansible_facts"].keys() == {"nvidia"}
+    assert single["node"]["ansible_facts"].keys() == {"nvidia", "kubegpu_audit"}
 
 
 def test_a_raising_probe_becomes_that_probes_error():
