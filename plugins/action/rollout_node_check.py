@@ -11,7 +11,7 @@ import time
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
-from ansible_collections.kubegpu.fleet.plugins.action.driver_guard import args_with_catalog, redact_catalog
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
 
 
 def node_checks_ok(facts, guard, checkpoint, driver_version):

@@ -1,64 +1,46 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Known-bad NVIDIA driver catalog: validation, evaluation and recommendations.
+"""kubegpu.fleet.driver_guard on catalog v2: verdict, recommendation, catalog_extra (node side).
 
-Runs on the controller (the driver_guard action plugin validates the bundled catalog and the
-user's ``catalog_extra`` before anything reaches a node) and on the node (the module validates
-again and evaluates), so it depends on nothing outside the standard library and versions.py.
-The checks mirror ``catalog/known_bad_drivers.schema.json`` and add the semantic rules a JSON
-schema cannot express (versions parse, versions belong to their branch, fixed releases are
-not themselves affected, ids are unique).
+The catalog is ``catalog/v2/driver.yml`` (format: catalog/README.md). The driver_guard action
+plugin loads it on the controller, validates it with every other v2 file and the task's
+``catalog_extra`` documents, and ships the driver defects to the node; this module validates
+again (no ``jsonschema`` needed: ``catalog_v2_core.check_structure`` carries the schema's shape
+rules) and evaluates. Version ranges and conditions are evaluated by
+``catalog_v2_core.match_entry``, the same function ``plugin_utils/catalog_v2.evaluate`` uses,
+so the node and the controller cannot disagree on whether a version is in a range.
 
-Catalog format (see catalog/README.md)::
+driver_guard considers the ``kind: defect`` entries of component ``driver``; security entries
+are reported by the audit as ``security.driver`` findings (their floors are not part of the
+recommendation here). Evaluation semantics on top of catalog_v2:
 
-    {"schema_version": 1, "entries": [{
-        "id": "nvml-r570-mig-hang", "title": "...", "severity": "critical",
-        "affected": [
-            {"branch": 570, "versions": ["570.124.06"], "ranges": [{"from": "570.124.06",
-             "before": "570.172.08"}], "fixed": "570.172.08"},
-            {"branch": 575, "all_versions": true, "fixed": "none"},
-            {"ranges": [{"from": "550.40"}]}],          # branch-less: any branch
-        "conditions": {"mig_mixed": true, "toolkit_version": {"before": "1.14.6"}},
-        "remediation": "...", "references": ["https://..."]}]}
-
-Evaluation semantics:
-
-* *Driver criteria*: a version is affected by an entry when an ``affected`` item lists it,
-  one of the item's ranges contains it, or the item has ``all_versions`` (branch items only
-  match versions of their branch).
-* *Component conditions* (``toolkit_version``, ``gpu_model``) describe something the node
-  must have. When the node lacks the component, or has it outside the condition, the entry
-  does not match at all (it is reported under ``not_applicable``).
+* An entry matches a driver version when one of its ``affected`` items covers it by ordering
+  (``introduced <= v < fixed``, or ``<= last_affected`` without a fix, or the whole branch).
 * *State conditions* (``mig_mixed``, ``mig_enabled``) describe how the node is configured
-  today. All met: ``known_bad``. Any not met or unknown: ``at_risk``.
+  today: all hold -> ``known_bad``; one does not hold or is unknown -> ``at_risk`` (the bug is
+  in the installed driver, its trigger is a reconfiguration away).
+* Any other condition (``gpu_model``, ...) that fails rules the node out: the entry is listed
+  under ``not_applicable`` with the reason. Unknown -> ``at_risk``.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
+from ansible_collections.kubegpu.fleet.plugins.module_utils import catalog_v2_core as core
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
     DriverVersion,
     SemVer,
 )
 
-SCHEMA_VERSION = 1
-# Highest first; the order is used to sort matches and pick the worst severity.
-SEVERITIES = ("critical", "high", "medium", "warning", "info")
+SCHEMA_VERSION = core.SCHEMA_VERSION
+COMPONENT = "driver"
+SCHEME = core.COMPONENT_SCHEMES[COMPONENT]
+KIND = "defect"
+# Highest first; the order is used to sort matches.
+SEVERITIES = core.SEVERITIES
 STATE_CONDITIONS = ("mig_mixed", "mig_enabled")
-COMPONENT_CONDITIONS = ("toolkit_version", "gpu_model")
-CONDITIONS = STATE_CONDITIONS + COMPONENT_CONDITIONS
-ENTRY_KEYS = ("id", "title", "severity", "description", "affected", "conditions",
-              "remediation", "notes", "references")
-ENTRY_REQUIRED = ("id", "title", "severity", "affected", "remediation", "references")
-ITEM_KEYS = ("branch", "versions", "ranges", "all_versions", "fixed")
-RANGE_KEYS = ("from", "to", "before")
 NONE_FIXED = "none"
-ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-MAX_BRANCH = 9999
-_COMPONENT_VERSION_RE = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+([-~][0-9A-Za-z.-]+)?$")
 
 VERDICT_OK = "ok"
 VERDICT_KNOWN_BAD = "known_bad"
@@ -67,54 +49,13 @@ VERDICT_ABSENT = "absent"
 
 
 class CatalogError(ValueError):
-    """The catalog (bundled or catalog_extra) is invalid; ``problems`` lists every issue."""
+    """The catalog (bundled or catalog_extra) is invalid; ``problems`` lists the issues."""
 
     def __init__(self, source, problems):
         self.source = source
         self.problems = list(problems)
-        shown = self.problems[:20]
-        more = len(self.problems) - len(shown)
-        msg = "invalid %s: %s" % (source, "; ".join(shown))
-        if more > 0:
-            msg += "; ... and %d more problem(s)" % more
+        msg = "invalid %s: %s" % (source, "; ".join(self.problems))
         super(CatalogError, self).__init__(msg)
-
-
-def _is_str(value):
-    return isinstance(value, str)
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _describe(value):
-    """Explain a value of the wrong type, with a hint for YAML's float trap."""
-    if isinstance(value, float):
-        return "%r (a number: quote versions in YAML, e.g. \"550.40\")" % (value,)
-    return "%r (%s)" % (value, type(value).__name__)
-
-
-def _driver(value, where, problems):
-    if not _is_str(value):
-        problems.append("%s: version must be a string, got %s" % (where, _describe(value)))
-        return None
-    try:
-        return DriverVersion(value)
-    except ValueError as e:
-        problems.append("%s: %s" % (where, e))
-        return None
-
-
-def _semver(value, where, problems):
-    if not _is_str(value):
-        problems.append("%s: version must be a string, got %s" % (where, _describe(value)))
-        return None
-    try:
-        return parse_catalog_component_version(value)
-    except ValueError as e:
-        problems.append("%s: %s" % (where, e))
-        return None
 
 
 def parse_component_version(text):
@@ -124,7 +65,7 @@ def parse_component_version(text):
     ``-``) are dropped, and a Debian ``~`` pre-release marker becomes a SemVer pre-release:
     ``1.14.6-1`` -> 1.14.6, ``1.18.0~rc.1-1`` -> 1.18.0-rc.1, ``1.17.8-1~ubuntu1`` -> 1.17.8.
     """
-    if not _is_str(text):
+    if not isinstance(text, str):
         raise ValueError("version must be a string, got %r" % (text,))
     clean = text.strip()
     if ":" in clean:
@@ -138,367 +79,92 @@ def parse_component_version(text):
         raise ValueError("cannot parse version %r (expected MAJOR.MINOR.PATCH, e.g. 1.14.6)" % (text,))
 
 
-def parse_catalog_component_version(text):
-    """A catalog bound: SemVer as written (``1.14.6``, ``1.14.6-rc.1`` or ``1.14.6~rc.1``)."""
-    if not _is_str(text) or not _COMPONENT_VERSION_RE.match(text):
-        raise ValueError("cannot parse version %r (expected MAJOR.MINOR.PATCH, e.g. 1.14.6)" % (text,))
-    return SemVer(text.replace("~", "-"))
+# --------------------------------------------------------------------------------------------
+# Catalog documents
+# --------------------------------------------------------------------------------------------
 
-
-def _unknown_keys(obj, allowed, where, problems):
-    for key in sorted(k for k in obj if k not in allowed):
-        problems.append("%s: unknown key %r (allowed: %s)" % (where, key, ", ".join(allowed)))
-
-
-def _validate_range(rng, where, branch, problems, parse):
-    """Check one range object; return (lower, upper, upper_inclusive) or None."""
-    if not isinstance(rng, dict):
-        problems.append("%s: a range must be a mapping with from/to/before, got %s"
-                        % (where, _describe(rng)))
-        return None
-    _unknown_keys(rng, RANGE_KEYS, where, problems)
-    if not any(k in rng for k in RANGE_KEYS):
-        problems.append("%s: a range needs at least one of from, to, before" % where)
-        return None
-    if "to" in rng and "before" in rng:
-        problems.append("%s: use either 'to' (inclusive) or 'before' (exclusive), not both" % where)
-        return None
-    bounds = {}
-    for key in RANGE_KEYS:
-        if key in rng:
-            v = parse(rng[key], "%s.%s" % (where, key), problems)
-            if v is None:
-                return None
-            if branch is not None and v.branch != branch:
-                problems.append("%s.%s: %s is not in branch %d" % (where, key, rng[key], branch))
-                return None
-            bounds[key] = v
-    low = bounds.get("from")
-    high = bounds.get("to", bounds.get("before"))
-    if low is not None and high is not None:
-        if "before" in bounds and not low < high:
-            problems.append("%s: empty range (from %s is not below before %s)"
-                            % (where, rng["from"], rng["before"]))
-            return None
-        if "to" in bounds and low > high:
-            problems.append("%s: empty range (from %s is above to %s)" % (where, rng["from"], rng["to"]))
-            return None
-    return low, high, "to" in bounds
-
-
-def _validate_item(item, where, problems):
-    if not isinstance(item, dict):
-        problems.append("%s: must be a mapping, got %s" % (where, _describe(item)))
-        return
-    _unknown_keys(item, ITEM_KEYS, where, problems)
-    branch = item.get("branch")
-    if "branch" in item:
-        if not _is_int(branch) or not 1 <= branch <= MAX_BRANCH:
-            problems.append("%s.branch: must be an integer branch number (e.g. 570), got %s"
-                            % (where, _describe(branch)))
-            return
-    else:
-        for key in ("versions", "all_versions", "fixed"):
-            if key in item:
-                problems.append("%s: %r needs 'branch' (a branch-less item may only have ranges)"
-                                % (where, key))
-        if "ranges" not in item:
-            problems.append("%s: a branch-less item needs 'ranges'" % where)
-    versions = []
-    if "versions" in item:
-        vs = item["versions"]
-        if not isinstance(vs, list) or not vs:
-            problems.append("%s.versions: must be a non-empty list of version strings" % where)
-        else:
-            seen = set()
-            for i, text in enumerate(vs):
-                v = _driver(text, "%s.versions[%d]" % (where, i), problems)
-                if v is None:
-                    continue
-                if branch is not None and v.branch != branch:
-                    problems.append("%s.versions[%d]: %s is not in branch %d" % (where, i, text, branch))
-                    continue
-                if v in seen:
-                    problems.append("%s.versions[%d]: %s listed twice" % (where, i, text))
-                seen.add(v)
-                versions.append(v)
-    ranges = []
-    if "ranges" in item:
-        rs = item["ranges"]
-        if not isinstance(rs, list) or not rs:
-            problems.append("%s.ranges: must be a non-empty list of ranges" % where)
-        else:
-            for i, rng in enumerate(rs):
-                r = _validate_range(rng, "%s.ranges[%d]" % (where, i), branch, problems,
-                                    _driver)
-                if r is not None:
-                    ranges.append(r)
-    all_versions = item.get("all_versions", False)
-    if "all_versions" in item and not isinstance(all_versions, bool):
-        problems.append("%s.all_versions: must be true or false, got %s" % (where, _describe(all_versions)))
-        all_versions = False
-    if all_versions and ("versions" in item or "ranges" in item):
-        problems.append("%s: all_versions excludes versions and ranges" % where)
-    if branch is None:
-        return
-    if "fixed" not in item:
-        problems.append("%s: a branch item needs 'fixed' (the first fixed release of branch %d, "
-                        "or \"none\")" % (where, branch))
-        return
-    fixed_text = item["fixed"]
-    if fixed_text == NONE_FIXED:
-        if not (versions or ranges or all_versions):
-            problems.append("%s: fixed is \"none\" but the item lists no affected versions" % where)
-        return
-    fixed = _driver(fixed_text, "%s.fixed" % where, problems)
-    if fixed is None:
-        return
-    if fixed.branch != branch:
-        problems.append("%s.fixed: %s is not in branch %d" % (where, fixed_text, branch))
-        return
-    if all_versions:
-        problems.append("%s: all_versions contradicts fixed %s (use fixed: none)" % (where, fixed_text))
-    for v in versions:
-        if v >= fixed:
-            problems.append("%s: listed version %s is not below fixed %s" % (where, v, fixed_text))
-    for low, high, inclusive in ranges:
-        if high is None or (high > fixed if not inclusive else high >= fixed):
-            problems.append("%s: a range reaches the fixed release %s" % (where, fixed_text))
-
-
-def _validate_conditions(conds, where, problems):
-    if not isinstance(conds, dict):
-        problems.append("%s: must be a mapping, got %s" % (where, _describe(conds)))
-        return
-    _unknown_keys(conds, CONDITIONS, where, problems)
-    for key in STATE_CONDITIONS:
-        if key in conds and not isinstance(conds[key], bool):
-            problems.append("%s.%s: must be true or false, got %s" % (where, key, _describe(conds[key])))
-    if "toolkit_version" in conds:
-        _validate_range(conds["toolkit_version"], where + ".toolkit_version", None, problems,
-                        _semver)
-    if "gpu_model" in conds:
-        pat = conds["gpu_model"]
-        if not _is_str(pat) or not pat:
-            problems.append("%s.gpu_model: must be a non-empty regular expression string, got %s"
-                            % (where, _describe(pat)))
-        else:
-            try:
-                re.compile(pat)
-            except re.error as e:
-                problems.append("%s.gpu_model: invalid regular expression %r: %s" % (where, pat, e))
-
-
-def _validate_entry(entry, where, problems):
-    if not isinstance(entry, dict):
-        problems.append("%s: must be a mapping, got %s" % (where, _describe(entry)))
-        return
-    if _is_str(entry.get("id")):
-        where = "%s (id %s)" % (where, entry["id"])
-    _unknown_keys(entry, ENTRY_KEYS, where, problems)
-    for key in ENTRY_REQUIRED:
-        if key not in entry:
-            problems.append("%s: missing required key %r" % (where, key))
-    if "id" in entry and not (_is_str(entry["id"]) and ID_RE.match(entry["id"])):
-        problems.append("%s.id: %r must match %s" % (where, entry["id"], ID_RE.pattern))
-    for key in ("title", "remediation", "description", "notes"):
-        if key in entry and not (_is_str(entry[key]) and entry[key].strip()):
-            problems.append("%s.%s: must be a non-empty string" % (where, key))
-    if "severity" in entry and entry["severity"] not in SEVERITIES:
-        problems.append("%s.severity: %r is not one of %s" % (where, entry["severity"], ", ".join(SEVERITIES)))
-    if "references" in entry:
-        refs = entry["references"]
-        if not isinstance(refs, list) or not refs or not all(_is_str(r) and r.strip() for r in refs):
-            problems.append("%s.references: must be a non-empty list of strings (URLs or "
-                            "owner/repo#N)" % where)
-    if "conditions" in entry:
-        _validate_conditions(entry["conditions"], where + ".conditions", problems)
-    if "affected" in entry:
-        items = entry["affected"]
-        if not isinstance(items, list) or not items:
-            problems.append("%s.affected: must be a non-empty list" % where)
-            return
-        branches = set()
-        affects = False
-        for i, item in enumerate(items):
-            iw = "%s.affected[%d]" % (where, i)
-            _validate_item(item, iw, problems)
-            if isinstance(item, dict):
-                b = item.get("branch")
-                if _is_int(b):
-                    if b in branches:
-                        problems.append("%s: branch %d appears twice" % (iw, b))
-                    branches.add(b)
-                if item.get("versions") or item.get("ranges") or item.get("all_versions"):
-                    affects = True
-        if not affects:
-            problems.append("%s.affected: no item lists affected versions, ranges or all_versions"
-                            % where)
-
-
-def validate_entries(entries, source="catalog"):
-    """Validate a list of entries; raise CatalogError listing every problem."""
-    problems = []
-    if not isinstance(entries, list):
-        raise CatalogError(source, ["entries must be a list, got %s" % _describe(entries)])
-    seen = {}
-    for i, entry in enumerate(entries):
-        _validate_entry(entry, "entries[%d]" % i, problems)
-        if isinstance(entry, dict) and _is_str(entry.get("id")):
-            if entry["id"] in seen:
-                problems.append("entries[%d]: duplicate id %r (also entries[%d])"
-                                % (i, entry["id"], seen[entry["id"]]))
-            else:
-                seen[entry["id"]] = i
-    if problems:
-        raise CatalogError(source, problems)
-    return entries
-
-
-def validate_catalog(data, source="catalog"):
-    """Validate a whole catalog document; return its entries list."""
-    if not isinstance(data, dict):
-        raise CatalogError(source, ["the catalog must be a mapping with schema_version and "
-                                    "entries, got %s" % _describe(data)])
-    problems = []
-    for key in sorted(k for k in data if k not in ("schema_version", "entries")):
-        problems.append("unknown top-level key %r" % key)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        problems.append("schema_version must be %d, got %r" % (SCHEMA_VERSION, data.get("schema_version")))
-    if "entries" not in data:
-        problems.append("missing 'entries'")
-    if problems:
-        raise CatalogError(source, problems)
-    return validate_entries(data["entries"], source)
-
-
-def normalize_extra(extra):
-    """``catalog_extra`` may be a list of entries or a catalog document; return the list."""
-    if extra is None:
+def _doc_list(value, source):
+    """A list of v2 component documents from ``value`` (one document or a list of them)."""
+    if value is None:
         return []
-    if isinstance(extra, dict):
-        if "entries" in extra:
-            return validate_catalog(dict(extra, schema_version=extra.get("schema_version", SCHEMA_VERSION)),
-                                    "catalog_extra")
-        raise CatalogError("catalog_extra", ["must be a list of entries (or a mapping with "
-                                             "'entries'), got a mapping with keys %s"
-                                             % ", ".join(sorted(str(k) for k in extra))])
-    if not isinstance(extra, list):
-        raise CatalogError("catalog_extra", ["must be a list of entries, got %s" % _describe(extra)])
-    return validate_entries(extra, "catalog_extra")
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise CatalogError(source, ["must be a catalog v2 document or a list of them, got %r (%s)"
+                                    % (value, type(value).__name__)])
+    for n, doc in enumerate(value):
+        if not isinstance(doc, dict) or "schema_version" not in doc:
+            raise CatalogError(source, [
+                "item %d is not a catalog v2 document: %s takes documents shaped like a file in "
+                "catalog/v2/ (schema_version: 2, component, version_scheme, entries); v1 entries "
+                "(known_bad_drivers.yml) are no longer accepted, see catalog/README.md section "
+                "catalog_extra" % (n, source)])
+    return value
 
 
-def merge_catalog(bundled_entries, extra):
-    """Return bundled + extra entries as ``(entries, origin)`` with ``origin[id]`` the source.
+def validate_documents(docs, source="catalog"):
+    """Validate v2 documents with the catalog v2 rules; return the flat entry list."""
+    docs = _doc_list(docs, source)
+    try:
+        return core.validate_catalog([dict(d) for d in docs])
+    except core.CatalogError as e:
+        raise CatalogError(source, [str(e)])
 
-    Extra entries may not reuse a bundled id (that would silently change a vetted entry);
-    skip the bundled entry with ``skip_entries`` and add yours under a new id instead.
+
+def merge_catalog(bundled_docs, extra):
+    """``(entries, origin)``: bundled + ``catalog_extra`` documents, validated together.
+
+    Extra entries may not reuse a bundled id (that would silently change a vetted entry); skip
+    the bundled entry with ``skip_entries`` and add yours under a new id instead.
     """
-    extra_entries = normalize_extra(extra)
-    origin = dict((e["id"], "bundled") for e in bundled_entries)
+    bundled = validate_documents(bundled_docs, "bundled catalog")
+    extra_docs = _doc_list(extra, "catalog_extra")
+    extra_entries = validate_documents(extra_docs, "catalog_extra") if extra_docs else []
+    origin = dict((e["id"], "bundled") for e in bundled)
     problems = []
-    for i, e in enumerate(extra_entries):
+    for e in extra_entries:
         if e["id"] in origin:
-            problems.append("entries[%d]: id %r already exists in the bundled catalog (use "
-                            "skip_entries to drop the bundled entry and pick a new id)" % (i, e["id"]))
+            problems.append("id %r already exists in the bundled catalog (use skip_entries to drop "
+                            "the bundled entry and pick a new id)" % e["id"])
         origin[e["id"]] = "catalog_extra"
     if problems:
         raise CatalogError("catalog_extra", problems)
-    return list(bundled_entries) + list(extra_entries), origin
+    return bundled + extra_entries, origin
+
+
+def driver_defects(entries):
+    """The entries driver_guard evaluates: component driver, kind defect."""
+    return [e for e in entries if e.get("component") == COMPONENT and e.get("kind") == KIND]
 
 
 # --------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------
 
-def _range_contains(rng, version, parse=DriverVersion):
-    if "from" in rng and version < parse(rng["from"]):
-        return False
-    if "to" in rng and version > parse(rng["to"]):
-        return False
-    if "before" in rng and not version < parse(rng["before"]):
-        return False
-    return True
+def node_facts(node):
+    """catalog v2 condition facts from driver_guard's node facts (missing -> unknown)."""
+    names = [n for n in (node.get("gpu_names") or []) if n]
+    return {
+        "mig_mixed": node.get("mig_mixed"),
+        "mig_enabled": node.get("mig_enabled"),
+        "gpu_model": names or None,
+    }
 
 
-def describe_range(rng):
-    parts = []
-    if "from" in rng:
-        parts.append(">= %s" % rng["from"])
-    if "to" in rng:
-        parts.append("<= %s" % rng["to"])
-    if "before" in rng:
-        parts.append("< %s" % rng["before"])
-    return ", ".join(parts)
+def _is_state(condition):
+    return condition in STATE_CONDITIONS
 
 
-def affected_by(entry, version):
-    """How ``entry`` affects ``version`` (a DriverVersion): a dict or None.
-
-    ``{"item": <affected item>, "by": "listed"|"range"|"branch", "detail": str}``.
-    """
-    for item in entry["affected"]:
-        branch = item.get("branch")
-        if branch is not None and version.branch != branch:
-            continue
-        for text in item.get("versions", ()):
-            if DriverVersion(text) == version:
-                return {"item": item, "by": "listed", "detail": "listed version %s" % text}
-        if item.get("all_versions"):
-            return {"item": item, "by": "branch",
-                    "detail": "every %d release (no fixed %d release known)" % (branch, branch)}
-        for rng in item.get("ranges", ()):
-            if _range_contains(rng, version):
-                where = ("branch %d " % branch) if branch is not None else ""
-                return {"item": item, "by": "range", "detail": "%srange %s" % (where, describe_range(rng))}
-    return None
+def match_one(entry, version, facts):
+    """``catalog_v2_core.match_entry`` with driver_guard's state conditions; None or the tuple."""
+    return core.match_entry(entry, SCHEME, version, facts, keep=_is_state)
 
 
-def evaluate_conditions(conditions, node):
-    """Evaluate an entry's conditions on node facts.
-
-    ``node`` keys: ``mig_mixed``/``mig_enabled`` (True/False/None = unknown),
-    ``toolkit_version`` (string or None = not installed), ``gpu_names`` (list, empty/None =
-    unknown). Returns ``{"met", "not_met", "unknown": [names], "excluded": reason or None}``.
-    """
-    out = {"met": [], "not_met": [], "unknown": [], "excluded": None}
-    for name in sorted(conditions or {}):
-        want = conditions[name]
-        if name in STATE_CONDITIONS:
-            have = node.get(name)
-            if have is None:
-                out["unknown"].append(name)
-            elif bool(have) == want:
-                out["met"].append(name)
-            else:
-                out["not_met"].append(name)
-        elif name == "toolkit_version":
-            have = node.get("toolkit_version")
-            if not have:
-                out["excluded"] = ("nvidia-container-toolkit is not installed on the node (pass "
-                                   "toolkit_version if it runs in a container)")
-                continue
-            try:
-                ok = _range_contains(want, parse_component_version(have), parse_catalog_component_version)
-            except ValueError as e:
-                raise ValueError("toolkit_version: %s" % e)
-            if ok:
-                out["met"].append(name)
-            else:
-                out["excluded"] = ("nvidia-container-toolkit %s is outside %s"
-                                   % (have, describe_range(want)))
-        elif name == "gpu_model":
-            names = [n for n in (node.get("gpu_names") or []) if n]
-            if not names:
-                out["excluded"] = ("no GPU model known on the node (pass gpu_names when GPU "
-                                   "detection is not possible)")
-                continue
-            rx = re.compile(want, re.IGNORECASE)
-            if any(rx.search(n) for n in names):
-                out["met"].append(name)
-            else:
-                out["excluded"] = "no GPU matches %r (GPUs: %s)" % (want, ", ".join(sorted(set(names))))
-    return out
+def entry_conditions_exclude(entry, facts):
+    """Reason text when a non-state condition of the entry fails on this node, else None."""
+    _held, failed, _unknown = core.condition_states(entry.get("conditions") or {}, facts)
+    hard = [r for k, r in failed if not _is_state(k)]
+    return "; ".join(hard) or None
 
 
 def _severity_rank(sev):
@@ -528,46 +194,59 @@ def _versions_to_check(node):
     return out
 
 
+def _fixed_in_branch(item):
+    if not item.get("branch"):
+        return None
+    return item.get("fixed") or NONE_FIXED
+
+
 def match_entries(entries, node, versions, origin=None):
     """Match every entry against each (DriverVersion, [components]) in ``versions``.
 
-    Returns ``(matches, not_applicable)``. A match carries the entry's id, title, severity,
-    status (known_bad/at_risk), conditions met / not met / unknown, references, remediation,
-    the matched versions and the per-branch fix info of the item that matched.
+    Returns ``(matches, not_applicable)``. A match carries the entry's id, title, kind,
+    severity, status (known_bad/at_risk), the conditions met / not met / unknown, the matched
+    versions with the range that matched, the per-branch fix, remediation and sources.
     """
+    facts = node_facts(node)
     matches = []
     not_applicable = []
     for entry in entries:
         hits = []
-        for version, component in versions:
-            how = affected_by(entry, version)
-            if how is not None:
-                hits.append((version, component, how))
+        for version, components in versions:
+            best = match_one(entry, version, facts)
+            if best is not None:
+                hits.append((version, components, best))
         if not hits:
             continue
-        cond = evaluate_conditions(entry.get("conditions") or {}, node)
-        if cond["excluded"]:
+        top = max(h[2][0] for h in hits)
+        if top == 0:
+            _v, _c, (_r, item, _reasons, _held, failed, _unknown) = hits[0]
             not_applicable.append({"id": entry["id"], "title": entry["title"],
-                                   "reason": cond["excluded"]})
+                                   "reason": "; ".join(r for k, r in failed if not _is_state(k)),
+                                   "affected_range": core.range_text(item)})
             continue
-        status = VERDICT_AT_RISK if (cond["not_met"] or cond["unknown"]) else VERDICT_KNOWN_BAD
-        first_item = hits[0][2]["item"]
-        m = {
+        hits = [h for h in hits if h[2][0] > 0]
+        _rank, item, _reasons, held, failed, unknown = hits[0][2]
+        status = VERDICT_KNOWN_BAD if top == 2 else VERDICT_AT_RISK
+        matches.append({
             "id": entry["id"],
             "title": entry["title"],
+            "kind": entry["kind"],
             "severity": entry["severity"],
             "status": status,
-            "conditions_met": cond["met"],
-            "conditions_not_met": cond["not_met"],
-            "conditions_unknown": cond["unknown"],
-            "matched_versions": [{"version": str(v), "components": list(c), "by": h["by"],
-                                  "detail": h["detail"]} for v, c, h in hits],
-            "fixed_in_branch": first_item.get("fixed") if "branch" in first_item else None,
+            "conditions_met": [k for k, _r in held],
+            "conditions_not_met": [k for k, _r in failed],
+            "conditions_unknown": [k for k, _r in unknown],
+            "reasons": list(hits[0][2][2]) + [r for _k, r in held + failed + unknown],
+            "matched_versions": [{"version": str(v), "components": list(c), "by": "range",
+                                  "detail": core.range_text(b[1])} for v, c, b in hits],
+            "affected_range": core.range_text(item),
+            "fixed_in_branch": _fixed_in_branch(item),
             "remediation": entry["remediation"],
-            "references": list(entry["references"]),
+            "mitigation": entry.get("mitigation"),
+            "references": [s["url"] for s in entry["sources"]],
             "source": (origin or {}).get(entry["id"], "bundled"),
-        }
-        matches.append(m)
+        })
     matches.sort(key=lambda m: (m["status"] != VERDICT_KNOWN_BAD, _severity_rank(m["severity"]), m["id"]))
     return matches, not_applicable
 
@@ -584,23 +263,36 @@ def verdict_of(matches):
 # Recommendation
 # --------------------------------------------------------------------------------------------
 
-def _entry_branch_items(entry):
-    return dict((item["branch"], item) for item in entry["affected"] if "branch" in item)
+def branch_fixes(entry):
+    """{branch (int): first fixed DriverVersion or NONE_FIXED} over the entry's branch items."""
+    out = {}
+    for item in entry["affected"]:
+        if not item.get("branch"):
+            continue
+        b = int(item["branch"])
+        fixed = DriverVersion(item["fixed"]) if item.get("fixed") else NONE_FIXED
+        prev = out.get(b)
+        if prev == NONE_FIXED or fixed == NONE_FIXED:
+            out[b] = NONE_FIXED
+        elif prev is None or fixed > prev:
+            out[b] = fixed
+    return out
 
 
 def _blocking(entries, node, version):
     """Entries that still match ``version`` on this node, split by driver-fixability."""
+    facts = node_facts(node)
     matches, _na = match_entries(entries, node, [(version, ["candidate"])])
     by_id = dict((e["id"], e) for e in entries)
     fixable, unfixable = [], []
     for m in matches:
-        item = affected_by(by_id[m["id"]], version)["item"]
-        (fixable if "branch" in item else unfixable).append((m, item))
+        item = match_one(by_id[m["id"]], version, facts)[1]
+        (fixable if item.get("branch") else unfixable).append((m, item))
     return fixable, unfixable
 
 
 def _settle(entries, node, branch, start, limit=16):
-    """Raise ``start`` within ``branch`` until no driver-fixable entry matches it.
+    """Raise ``start`` within ``branch`` until no driver-fixable defect matches it.
 
     Returns ``(version, caveats)`` or ``(None, reason)`` when some entry has no fix in the
     branch. ``caveats`` are matches that a driver version cannot fix (e.g. limitations).
@@ -614,7 +306,7 @@ def _settle(entries, node, branch, start, limit=16):
             return candidate, caveats
         bump = None
         for m, item in fixable:
-            if item["fixed"] == NONE_FIXED:
+            if not item.get("fixed"):
                 return None, "%s has no fixed %d release" % (m["id"], branch)
             fixed = DriverVersion(item["fixed"])
             if bump is None or fixed > bump:
@@ -628,33 +320,36 @@ def _settle(entries, node, branch, start, limit=16):
 def recommend(entries, node, target, matches):
     """Recommend a driver version for a node whose evaluated version is ``target``.
 
-    Rule (documented in catalog/README.md and the module docs):
+    Rule (documented in catalog/README.md and the module docs): the first version of the
+    node's branch that is clear of every known-bad driver defect on this node.
 
-    1. Only matches that a driver version can fix count (entries matched through a branch item);
-       branch-less entries (driver/toolkit combinations, limitations) are listed in
-       ``not_fixed_by_driver`` and their remediation applies.
-    2. Same branch first: the highest ``fixed`` among the matched entries' items for the
-       target's branch, raised again while that version itself matches another entry of the
-       catalog on this node. That is the recommendation when it exists.
-    3. When the branch has no fix (an entry says ``fixed: none`` there), candidates come from
-       every other branch a matched entry names a fix for (computed the same way). The
+    1. Only matches through a branch item count; branch-less items (limitations, platform
+       minimums) are listed in ``not_fixed_by_driver`` and their remediation applies.
+    2. Same branch first: the highest first-fixed version of the node's branch among the
+       matched entries, raised again while that version itself matches another defect on
+       this node. Fixed versions are bounds of an ordering: a version the catalog names as
+       first fixed is recommended as is.
+    3. When the branch has no fix (an item of the branch without ``fixed``), candidates come
+       from every other branch a matched entry names a fix for (computed the same way). The
        nearest newer branch wins (moving forward keeps the CUDA driver API at least as new);
-       without one, the nearest older branch. The others are returned as ``alternatives``
-       (e.g. 575.57.08: no 575 fix, recommended 580.65.06, alternative 570.172.08).
-    4. ``caveats`` lists entries that a driver version cannot fix which would still match a
-       candidate on this node (e.g. a limitation of the newer branch). A candidate with a
-       known_bad caveat ranks after every candidate without one.
+       without one, the nearest older branch; the others are ``alternatives`` (575.57.08: no
+       575 fix, recommended 580.65.06, alternative 570.172.08).
+    4. ``caveats`` lists entries a driver version cannot fix that would still match a
+       candidate on this node. A candidate with a known_bad caveat ranks after the others.
+
+    Security entries are not considered: their floors are reported as ``security.driver``.
     """
     out = {"version": None, "branch": None, "same_branch": False, "same_branch_fix": None,
            "same_branch_note": None, "reason": None, "alternatives": [], "caveats": [],
            "not_fixed_by_driver": []}
+    facts = node_facts(node)
     by_id = dict((e["id"], e) for e in entries)
     fixable_ids = []
     for m in matches:
-        item = affected_by(by_id[m["id"]], target)
-        if item is None:
+        best = match_one(by_id[m["id"]], target, facts)
+        if best is None:
             continue
-        if "branch" in item["item"]:
+        if best[1].get("branch"):
             fixable_ids.append(m["id"])
         else:
             out["not_fixed_by_driver"].append(m["id"])
@@ -669,19 +364,18 @@ def recommend(entries, node, target, matches):
     branch = target.branch
     fixes = {}
     for eid in fixable_ids:
-        for b, item in _entry_branch_items(by_id[eid]).items():
-            fixes.setdefault(b, []).append(item["fixed"])
+        for b, fixed in branch_fixes(by_id[eid]).items():
+            fixes.setdefault(b, []).append(fixed)
 
     same = fixes.get(branch, [])
     candidates = []
     if same and NONE_FIXED not in same:
-        start = max(DriverVersion(f) for f in same)
+        start = max(same)
         version, caveats = _settle(entries, node, branch, start)
         if version is not None:
             out["same_branch_fix"] = str(start)
             candidates.append((branch, version, caveats))
         else:
-            # caveats holds _settle's reason: the first fix leads into an unfixed entry.
             out["same_branch_fix"] = NONE_FIXED
             out["same_branch_note"] = caveats
     else:
@@ -690,8 +384,7 @@ def recommend(entries, node, target, matches):
     for b in sorted(fixes):
         if b == branch or NONE_FIXED in fixes[b]:
             continue
-        start = max(DriverVersion(f) for f in fixes[b])
-        version, caveats = _settle(entries, node, b, start)
+        version, caveats = _settle(entries, node, b, max(fixes[b]))
         if version is not None:
             candidates.append((b, version, caveats))
 
@@ -728,15 +421,15 @@ def recommend(entries, node, target, matches):
 
 
 def evaluate(entries, node, origin=None, skip=()):
-    """Full evaluation for one node.
+    """Full evaluation for one node against the driver defects among ``entries``.
 
     ``node``: driver_version (installed userspace), kernel_module_version (loaded), mig_mixed,
-    mig_enabled, toolkit_version, gpu_names. Versions that do not parse raise ValueError
-    naming the value. Returns verdict, branch, matches, not_applicable, recommended_version,
-    recommendation and reboot_pending.
+    mig_enabled, gpu_names. Versions that do not parse raise ValueError naming the value.
+    Returns verdict, branch, matches, not_applicable, recommended_version, recommendation and
+    reboot_pending.
     """
     skip = set(skip or ())
-    active = [e for e in entries if e["id"] not in skip]
+    active = [e for e in driver_defects(entries) if e["id"] not in skip]
     versions = _versions_to_check(node)
     result = {"verdict": VERDICT_ABSENT, "branch": None, "matches": [], "not_applicable": [],
               "recommended_version": None, "recommendation": None,
@@ -769,6 +462,16 @@ def evaluate(entries, node, origin=None, skip=()):
     result["recommendation"] = rec
     result["recommended_version"] = rec["version"]
     return result
+
+
+def fixed_releases(entries):
+    """Every first-fixed driver version of the driver defects (for driver_upgrade_plan)."""
+    out = []
+    for e in driver_defects(entries):
+        for item in e["affected"]:
+            if item.get("branch") and item.get("fixed"):
+                out.append(item["fixed"])
+    return out
 
 
 def reboot_pending(driver_version, kernel_module_version):

@@ -11,9 +11,9 @@ __metaclass__ = type
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
     CatalogError,
+    driver_defects,
     evaluate,
     merge_catalog,
-    validate_catalog,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
     NodeInputError,
@@ -79,14 +79,14 @@ def driver_guard_evaluate(params, run_command, get_bin_path, warn):
         except safe_io.UnsafeInput as e:
             raise ProbeFailed(to_native_text(e))
     try:
-        bundled = validate_catalog(params["_catalog"], "bundled catalog")
-        entries, origin = merge_catalog(bundled, params.get("catalog_extra"))
+        entries, origin = merge_catalog(params["_catalog"], params.get("catalog_extra"))
     except CatalogError as e:
         raise ProbeFailed(to_native_text(e))
+    entries = driver_defects(entries)
     ids = set(e["id"] for e in entries)
     unknown = sorted(set(skip_entries) - ids)
     if unknown:
-        raise ProbeFailed("skip_entries: unknown catalog id(s) %s (known: %s)"
+        raise ProbeFailed("skip_entries: unknown catalog id(s) %s (known driver defects: %s)"
                           % (", ".join(repr(u) for u in unknown), ", ".join(sorted(ids))))
     try:
         node, pkg_info, detection = gather_node(params, run_command, get_bin_path,
@@ -116,8 +116,10 @@ def driver_guard_evaluate(params, run_command, get_bin_path, warn):
                                            pkg_info["manager"]),
         node=node,
         detection=detection,
-        catalog={"entries": len(entries), "bundled": len(bundled),
-                 "extra": len(entries) - len(bundled), "skipped": sorted(set(skip_entries))},
+        catalog={"entries": len(entries),
+                 "bundled": len([e for e in entries if origin.get(e["id"]) == "bundled"]),
+                 "extra": len([e for e in entries if origin.get(e["id"]) == "catalog_extra"]),
+                 "skipped": sorted(set(skip_entries))},
     )
     if pkg_info["error"]:
         warn("installed NVIDIA packages unknown: %s" % pkg_info["error"])

@@ -23,7 +23,12 @@ __metaclass__ = type
 import re
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
-    evaluate_conditions,
+    driver_defects,
+    entry_conditions_exclude,
+    node_facts,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog_v2_core import (
+    range_text as core_range_text,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
 
@@ -214,52 +219,57 @@ def interval_globs(branch, pairs):
 # Which versions to pin
 # --------------------------------------------------------------------------------------------
 
-def _range_pairs(rng, branch):
-    low = DriverVersion(rng["from"]) if "from" in rng else None
-    if "to" in rng:
-        return version_interval_pairs(low, DriverVersion(rng["to"]), False)
-    if "before" in rng:
-        return version_interval_pairs(low, DriverVersion(rng["before"]), True)
-    return version_interval_pairs(low, None)
+def item_pairs(item):
+    """Version interval pairs of a catalog v2 branch item, or None for the whole branch.
+
+    ``introduced`` is the inclusive lower bound; ``fixed`` the exclusive upper bound, else
+    ``last_affected`` the inclusive one; neither: every later release of the branch.
+    """
+    low = DriverVersion(item["introduced"]) if item.get("introduced") else None
+    if item.get("fixed"):
+        return version_interval_pairs(low, DriverVersion(item["fixed"]), True)
+    if item.get("last_affected"):
+        return version_interval_pairs(low, DriverVersion(item["last_affected"]), False)
+    if low is not None:
+        return version_interval_pairs(low, None)
+    return None
 
 
 def pin_plan(entries, node, branch=None, skip=()):
     """Known-bad driver versions to pin, as a list of dicts.
 
-    Only branch items are pinned (driver builds that are bad in themselves). Branch-less items
-    (driver/toolkit combinations, limitations) are fixed elsewhere and never pinned. Entries
-    whose component conditions rule the node out (no toolkit, other GPU model) are left out.
+    Only the driver defects of the catalog (kind defect, component driver) and only their branch
+    items are pinned (driver builds that are bad in themselves); security entries are fixed by
+    upgrading, branch-less items (limitations, platform minimums) are never pinned. Entries
+    whose non-state conditions rule the node out (another GPU model) are left out.
     ``branch`` limits the plan to one driver branch. Each pin has ``id``, ``title``,
-    ``branch``, ``kind`` (version/range/branch), ``description``, ``regex`` (ERE body, no
-    anchors) and ``globs`` (fnmatch version globs).
+    ``branch``, ``kind`` (range/branch), ``description``, ``regex`` (ERE body, no anchors) and
+    ``globs`` (fnmatch version globs).
     """
     skip = set(skip or ())
+    facts = node_facts(node)
     plan = []
-    for entry in entries:
-        if entry["id"] in skip:
-            continue
-        if evaluate_conditions(entry.get("conditions") or {}, node)["excluded"]:
+    for entry in driver_defects(entries):
+        if entry["id"] in skip or entry_conditions_exclude(entry, facts):
             continue
         for item in entry["affected"]:
-            b = item.get("branch")
-            if b is None or (branch is not None and b != branch):
+            if not item.get("branch"):
+                continue
+            b = int(item["branch"])
+            if branch is not None and b != branch:
                 continue
             base = {"id": entry["id"], "title": entry["title"], "branch": b}
-            for text in item.get("versions", ()):
-                plan.append(dict(base, kind="version", description="listed version %s" % text,
-                                 regex=re.escape(text).replace("\\-", "-"), globs=[text]))
-            for rng in item.get("ranges", ()):
-                pairs = _range_pairs(rng, b)
-                rx = interval_regex(b, pairs)
-                if rx is None:
-                    continue
-                desc = ", ".join("%s %s" % (k, rng[k]) for k in ("from", "to", "before") if k in rng)
-                plan.append(dict(base, kind="range", description="branch %d range %s" % (b, desc),
-                                 regex=rx, globs=interval_globs(b, pairs)))
-            if item.get("all_versions"):
+            pairs = item_pairs(item)
+            if pairs is None:
                 plan.append(dict(base, kind="branch",
                                  description="every %d release (no fixed %d release known)" % (b, b),
                                  regex="%d\\.[0-9]+(\\.[0-9]+)?" % b, globs=["%d.*" % b]))
+                continue
+            rx = interval_regex(b, pairs)
+            if rx is None:
+                continue
+            plan.append(dict(base, kind="range", description=core_range_text(item),
+                             regex=rx, globs=interval_globs(b, pairs)))
     return plan
 
 

@@ -29,7 +29,7 @@ def built_collection(tmp_path_factory):
 
 def test_collection_tarball_leaves_out_local_state(built_collection):
     listing = run(["tar", "-tzf", built_collection]).stdout.split()
-    assert "meta/execution-environment.yml" in listing and "catalog/known_bad_drivers.yml" in listing
+    assert "meta/execution-environment.yml" in listing and "catalog/v2/driver.yml" in listing
     assert not [p for p in listing if p.startswith((".venv", ".build", ".lab", ".git/"))]
 
 

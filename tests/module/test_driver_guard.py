@@ -7,6 +7,7 @@ The generated apt preferences are checked with the real apt against a local apt 
 built with dpkg-deb; the dnf excludes with the real dnf (Debian's dnf 4 package, when
 installed) against a local rpm repository built with rpmbuild and createrepo_c.
 """
+import fnmatch
 import json
 import os
 import shutil
@@ -83,22 +84,35 @@ def ids(res):
     return [m["id"] for m in res["matches"]]
 
 
+SEED = "driver-r570-mig-mixed-unschedulable"
+CDMM = "driver-cdmm-grace-mig-gds"
+H100 = ["NVIDIA H100 80GB HBM3"]
+
+
 # ------------------------------------------------------------------------------ verdicts
 
 @pytest.mark.parametrize("args, verdict, recommended, match", [
     ({"driver_version": "570.172.08", "mig_mixed": True, "mig_enabled": True}, "ok", None, []),
     ({"driver_version": "570.148.08", "mig_mixed": True, "mig_enabled": True}, "known_bad", "570.172.08",
-     ["nvml-r570-mig-hang"]),
+     [SEED]),
+    # named nowhere in the catalog: affected by ordering
+    ({"driver_version": "570.153.02", "mig_mixed": True, "mig_enabled": True}, "known_bad", "570.172.08",
+     [SEED]),
     ({"driver_version": "570.148.08", "mig_mixed": False, "mig_enabled": False}, "at_risk", "570.172.08",
-     ["nvml-r570-mig-hang"]),
-    ({"driver_version": "575.57.08", "mig_mixed": True, "mig_enabled": True}, "known_bad", "580.65.06",
-     ["nvml-r570-mig-hang"]),
-    ({"driver_version": "535.154.05", "mig_mixed": False, "mig_enabled": False}, "known_bad", "535.183.08",
-     ["r535-build-fails-newer-kernels"]),
+     [SEED]),
+    ({"driver_version": "575.57.08", "mig_mixed": True, "mig_enabled": True, "gpu_names": H100}, "known_bad",
+     "580.65.06", [SEED]),
+    # the v1 535/525 entries had no source and are gone; the toolkit/driver combination is a
+    # container-toolkit entry now (security.*/defect.* findings), not a driver verdict
+    ({"driver_version": "535.154.05", "mig_mixed": False, "mig_enabled": False, "gpu_names": H100},
+     "ok", None, []),
     ({"driver_version": "550.54.15", "toolkit_version": "1.14.5", "mig_mixed": False,
-      "mig_enabled": False}, "known_bad", None, ["toolkit-dev-char-symlinks-550"]),
+      "mig_enabled": False, "gpu_names": H100}, "ok", None, []),
+    # GPU model unknown (no probe here): the HGX B200 minimum is possibly affected -> at_risk
+    ({"driver_version": "535.154.05", "mig_mixed": False, "mig_enabled": False}, "at_risk", None,
+     ["driver-hgx-b200-minimum"]),
     ({"driver_version": "580.65.06", "gpu_names": ["NVIDIA GH200 480GB"], "mig_mixed": False,
-      "mig_enabled": False}, "at_risk", None, ["cdmm-gh200-gb200"]),
+      "mig_enabled": False}, "at_risk", None, [CDMM]),
 ])
 def test_audit_verdicts(ansible, node, args, verdict, recommended, match):
     res = run(ansible, node, args)
@@ -108,9 +122,10 @@ def test_audit_verdicts(ansible, node, args, verdict, recommended, match):
     assert res["recommended_version"] == recommended
     assert ids(res) == match
     assert res["node"]["driver_version_source"] == "option"
-    assert res["catalog"]["bundled"] == 5
+    assert res["catalog"]["bundled"] >= 4 and res["catalog"]["extra"] == 0
+    assert all(m["kind"] == "defect" for m in res["matches"])
     # The bundled catalog travelled in _catalog and is summarised in the invocation.
-    assert res["invocation"]["module_args"]["_catalog"].startswith("<bundled catalog ")
+    assert res["invocation"]["module_args"]["_catalog"].startswith("<bundled catalog v2 ")
 
 
 def test_audit_575_names_no_fix_and_alternatives(ansible, node):
@@ -145,7 +160,7 @@ def test_enforce_fails_on_known_bad_naming_entries_and_fix(ansible, node):
     res = run(ansible, node, {"state": "enforce", "driver_version": "570.148.08",
                               "mig_mixed": True, "mig_enabled": True})
     assert res["_rc"] != 0 and res["failed"] is True
-    assert res["msg"].startswith("known-bad NVIDIA driver 570.148.08: nvml-r570-mig-hang (critical: ")
+    assert res["msg"].startswith("known-bad NVIDIA driver 570.148.08: %s (critical: " % SEED)
     assert "Recommended version: 570.172.08 (first fixed 570 release" in res["msg"]
     assert res["verdict"] == "known_bad" and res["recommended_version"] == "570.172.08"
 
@@ -166,8 +181,8 @@ def test_enforce_passes_at_risk(ansible, node):
 
 
 def test_enforce_without_driver_fix(ansible, node):
-    res = run(ansible, node, {"state": "enforce", "driver_version": "550.54.15", "toolkit_version": "1.13.5",
-                              "mig_mixed": False, "mig_enabled": False})
+    res = run(ansible, node, {"state": "enforce", "driver_version": "580.95.05", "gpu_names": ["NVIDIA GB200"],
+                              "mig_mixed": False, "mig_enabled": True})
     assert res["failed"] is True
     assert "No driver version fixes this" in res["msg"]
 
@@ -192,7 +207,7 @@ def test_bad_values_fail_with_a_clear_message(ansible, node, args, needle):
 
 
 def test_catalog_is_internal(ansible, node):
-    res = run(ansible, node, {"_catalog": {"schema_version": 1, "entries": []}})
+    res = run(ansible, node, {"_catalog": [{"schema_version": 2, "entries": []}]})
     assert res["failed"] is True and "_catalog is internal" in res["msg"]
 
 
@@ -200,24 +215,30 @@ def test_catalog_is_internal(ansible, node):
 
 SITE_ENTRY = {
     "id": "site-570-86-ecc",
+    "kind": "defect",
     "title": "ECC storms on our A100 fleet",
     "severity": "high",
-    "affected": [{"branch": 570, "versions": ["570.86.15"], "fixed": "570.172.08"}],
+    "affected": [{"branch": "570", "introduced": "570.86.15", "last_affected": "570.86.15", "fixed": "570.172.08"}],
     "conditions": {"gpu_model": "A100"},
     "remediation": "Upgrade to 570.172.08.",
-    "references": ["https://wiki.example.invalid/gpu/ecc-570"],
+    "sources": [{"url": "https://wiki.example.invalid/gpu/ecc-570", "verified": "2026-11-24"}],
 }
+
+
+def site_doc(*entries):
+    return {"schema_version": 2, "component": "driver", "version_scheme": "driver",
+            "entries": list(entries or [SITE_ENTRY])}
 
 
 def test_catalog_extra_from_the_task(ansible, node):
     args = {"driver_version": "570.86.15", "mig_mixed": False, "mig_enabled": False,
-            "gpu_names": ["NVIDIA A100-SXM4-80GB"], "catalog_extra": [SITE_ENTRY]}
+            "gpu_names": ["NVIDIA A100-SXM4-80GB"], "catalog_extra": [site_doc()]}
     res = run(ansible, node, args)
     assert res["verdict"] == "known_bad"
     m = res["matches"][0]
     assert m["id"] == "site-570-86-ecc" and m["source"] == "catalog_extra"
     assert m["conditions_met"] == ["gpu_model"]
-    assert res["catalog"] == {"entries": 6, "bundled": 5, "extra": 1, "skipped": []}
+    assert res["catalog"]["extra"] == 1 and res["catalog"]["entries"] == res["catalog"]["bundled"] + 1
     assert res["recommended_version"] == "570.172.08"
     # Not an A100: the site entry does not apply.
     res = run(ansible, node, dict(args, gpu_names=["NVIDIA H100 80GB HBM3"]))
@@ -226,28 +247,35 @@ def test_catalog_extra_from_the_task(ansible, node):
 
 
 def test_catalog_extra_from_a_play_variable_as_document(ansible, node):
+    # One document (not a list) from a play variable; documents of other components are
+    # validated with the bundled catalog and do not reach the driver verdict.
+    ctk = {"schema_version": 2, "component": "container-toolkit", "version_scheme": "semver", "entries": [
+        dict(SITE_ENTRY, id="site-ctk", affected=[{"introduced": "1.17.0", "fixed": "1.17.8"}], conditions={})]}
     play = [{"hosts": "localhost", "gather_facts": False,
-             "vars": {"site_catalog": {"entries": [SITE_ENTRY]}},
+             "vars": {"site_catalog": site_doc(), "site_ctk": ctk},
              "tasks": [{"name": "guard", "kubegpu.fleet.driver_guard": dict(
                  node, driver_version="570.86.15", mig_mixed=False, mig_enabled=False,
-                 gpu_names=["NVIDIA A100 80GB PCIe"], catalog_extra="{{ site_catalog }}",
-                 skip_entries=["nvml-r570-mig-hang"]), "register": "guard"}]}]
+                 gpu_names=["NVIDIA A100 80GB PCIe"], catalog_extra="{{ [site_catalog, site_ctk] }}",
+                 skip_entries=[SEED]), "register": "guard"}]}]
     out = ansible.playbook(play, env=ENV)
     res = out.task("guard")
     assert out.rc == 0
     assert [m["id"] for m in res["matches"]] == ["site-570-86-ecc"]
-    assert res["catalog"]["skipped"] == ["nvml-r570-mig-hang"]
+    assert res["catalog"]["skipped"] == [SEED]
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ([dict(SITE_ENTRY, affected=[{"branch": 570, "versions": [570.86], "fixed": "570.172.08"}])],
-     "quote versions in YAML"),
-    ([dict(SITE_ENTRY, id="nvml-r570-mig-hang")], "already exists in the bundled catalog"),
-    ([dict(SITE_ENTRY, severity="urgent")], "severity: 'urgent' is not one of"),
-    ([dict(SITE_ENTRY, affected=[{"branch": 570, "versions": ["570.86.15"], "fixed": "575.1.1"}])],
-     "575.1.1 is not in branch 570"),
-    ("570.86.15", "must be a list of entries"),
-    ([SITE_ENTRY, SITE_ENTRY], "duplicate id 'site-570-86-ecc'"),
+    ([site_doc(dict(SITE_ENTRY, affected=[{"branch": "570", "fixed": 570.172}]))],
+     "affected/0/fixed: 570.172 is not of type 'string'"),
+    ([site_doc(dict(SITE_ENTRY, id=SEED))], "already exists in the bundled catalog"),
+    # an id of another bundled component clashes too (checked on the controller)
+    ([site_doc(dict(SITE_ENTRY, id="ctk-cve-2025-23266"))], "id 'ctk-cve-2025-23266' already exists in the bundled catalog"),
+    ([site_doc(dict(SITE_ENTRY, severity="urgent"))], "'urgent'"),
+    ([site_doc(dict(SITE_ENTRY, affected=[{"branch": "570", "fixed": "575.1.1"}]))],
+     "fixed 575.1.1 is not in branch 570"),
+    ("570.86.15", "must be a catalog v2 document"),
+    ([SITE_ENTRY], "not a catalog v2 document"),
+    ([site_doc(SITE_ENTRY, SITE_ENTRY)], "duplicate entry id 'site-570-86-ecc'"),
 ])
 def test_bad_catalog_extra_fails_clearly(ansible, node, extra, needle):
     res = run(ansible, node, {"driver_version": "570.86.15", "catalog_extra": extra})
@@ -317,7 +345,7 @@ def test_detection_through_gpu_facts_mixed_mig(ansible, node, tmp_path, fake_dri
     assert res["node"]["gpu_names"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]
     assert res["kernel_module_version"] == "570.148.08"
     assert res["verdict"] == "known_bad" and res["failed"] is True
-    assert "nvml-r570-mig-hang" in res["msg"]
+    assert SEED in res["msg"]
 
 
 @pytest.mark.parametrize("procfs_mig, verdict", [(False, "at_risk"), (True, "known_bad")])
@@ -342,7 +370,7 @@ def test_detection_when_nvml_hangs(ansible, node, tmp_path, fake_driver_148, pro
     assert res["kernel_module_version"] == "570.148.08"
     assert res["verdict"] == verdict
     m = res["matches"][0]
-    assert m["id"] == "nvml-r570-mig-hang"
+    assert m["id"] == SEED
     if procfs_mig:
         assert res["node"]["mig_mixed"] is True and m["conditions_met"] == ["mig_mixed"]
     else:
@@ -369,8 +397,12 @@ def test_pinned_apt_check_diff_write_idempotent_backup(ansible, node, tmp_path):
     assert not os.path.exists(path)
     after = res["diff"]["after"]
     assert res["diff"]["before"] == "" and res["diff"]["before_header"].endswith("(absent)")
-    assert "Pin: version /^([0-9]+:)?(570\\.148\\.08)([-+~].*)?$/" in after
-    assert after.count("Pin-Priority: -1") == res["pins"]["count"] == 8
+    assert "Explanation: %s: R570 drivers" % SEED in after
+    assert "(branch 570, >= 570.124.06, < 570.172.08)" in after and "(every 575 release" in after
+    assert after.count("Pin-Priority: -1") == res["pins"]["count"]
+    # driver defects only (570 range, 575 branch, 580 below its fix, the RTX PRO 6000 575 release
+    # while the GPU model is unknown): never a security floor
+    assert res["pins"]["entries"] == [SEED, "driver-rtx-pro-6000-575-no-mig"]
     assert res["pins"]["validation"] == "apt-cache policy parsed the file"
     assert res["verdict"] == "at_risk"  # pinned still reports
 
@@ -400,10 +432,11 @@ def test_pinned_apt_check_diff_write_idempotent_backup(ansible, node, tmp_path):
 
 def test_pinned_branch_scope_and_skip(ansible, node, tmp_path):
     res = run(ansible, node, pin_args(tmp_path, pin_scope="branch"), check=True, diff=True)
-    assert res["pins"]["scope"] == "branch" and res["pins"]["count"] == 5
+    assert res["pins"]["scope"] == "branch" and res["pins"]["count"] == 1
     assert "575" not in res["diff"]["after"].split("Explanation", 1)[1]
-    res = run(ansible, node, pin_args(tmp_path, skip_entries=["nvml-r570-mig-hang"]), check=True)
-    assert res["pins"]["entries"] == ["r525-gsp-xid119", "r535-build-fails-newer-kernels"]
+    res = run(ansible, node, pin_args(tmp_path, skip_entries=[SEED], gpu_names=["NVIDIA H100 80GB HBM3"]),
+              check=True)
+    assert res["pins"]["entries"] == [] and res["pins"]["count"] == 0
 
 
 def test_pinned_apt_rejects_ignored_file_name(ansible, node, tmp_path):
@@ -424,7 +457,7 @@ APT_REPO_PACKAGES = [
     ("libnvidia-decode-570", "570.158.01-0ubuntu1"),
     ("nvidia-driver-575", "575.57.08-0ubuntu1"),
     ("libnvidia-compute-535", "535.154.05-0ubuntu1"),
-    ("libnvidia-compute-535", "535.183.08-0ubuntu1"),
+    ("libnvidia-compute-535", "535.183.06-0ubuntu1"),
     ("cuda-drivers-570", "570.148.08-1"),
     ("zzz-unrelated", "575.1-1"),
 ]
@@ -501,7 +534,7 @@ def test_real_apt_refuses_pinned_versions(ansible, node, apt_repo):
     # The whole 575 branch has no fix: nothing is installable.
     p575 = policy(apt, "nvidia-driver-575")
     assert p575["candidate"] == "(none)" and p575["versions"]["575.57.08-0ubuntu1"] == -1
-    assert policy(apt, "libnvidia-compute-535")["candidate"] == "535.183.08-0ubuntu1"
+    assert policy(apt, "libnvidia-compute-535")["candidate"] == "535.183.06-0ubuntu1"
     assert policy(apt, "cuda-drivers-570")["versions"]["570.148.08-1"] == -1
     # A non-NVIDIA package with a 575.x version is untouched.
     assert policy(apt, "zzz-unrelated")["versions"]["575.1-1"] == 500
@@ -532,8 +565,10 @@ def test_pinned_dnf_keeps_user_excludes_and_is_idempotent(ansible, node, tmp_pat
     line = [l for l in after.splitlines() if l.startswith("exclude=")][0]
     toks = line[len("exclude="):].split(",")
     assert toks[0] == "kernel*"
-    assert "*nvidia*-570.148.08-*" in toks and "cuda-drivers*-575.*-*" in toks
-    assert "*nvidia*-580.65.06-*" not in toks
+    assert "*nvidia*-570.124.0[6-9]-*" in toks and "cuda-drivers*-575.*-*" in toks
+    # 580 below its fix is excluded, 580.65.06 itself is not
+    assert "*nvidia*-580.65.0[0-5]-*" in toks
+    assert not [t for t in toks if fnmatch.fnmatchcase("nvidia-driver-580.65.06-1.el9", t)]
 
     res = run(ansible, node, args, diff=True)
     assert res["changed"] is True and conf.read_text() == after
@@ -547,8 +582,7 @@ def test_pinned_dnf_keeps_user_excludes_and_is_idempotent(ansible, node, tmp_pat
     assert res["changed"] is False
 
     # Skipping every pinnable entry removes exactly our tokens again.
-    res = run(ansible, node, dict(args, skip_entries=["nvml-r570-mig-hang", "r535-build-fails-newer-kernels",
-                                                      "r525-gsp-xid119"]))
+    res = run(ansible, node, dict(args, skip_entries=[SEED, "driver-rtx-pro-6000-575-no-mig"]))
     assert res["changed"] is True and conf.read_text() == DNF_CONF
 
 
@@ -560,7 +594,7 @@ DNF_REPO_PACKAGES = [
     ("nvidia-driver", "3", "570.172.08", "1.el9"),
     ("nvidia-driver", "3", "575.57.08", "1.el9"),
     ("nvidia-driver", "3", "535.154.05", "1.el9"),
-    ("nvidia-driver", "3", "535.183.08", "1.el9"),
+    ("nvidia-driver", "3", "535.183.06", "1.el9"),
     ("kmod-nvidia-latest-dkms", "3", "570.148.08", "1.el9"),
     ("cuda-drivers", None, "570.148.08", "1"),
     ("cuda-drivers", None, "570.172.08", "1"),
@@ -615,7 +649,8 @@ def test_real_dnf_honours_the_excludes(ansible, node, dnf_repo):
     assert res["_rc"] == 0 and res["changed"] is True
     assert available(dnf) == [
         ("cuda-drivers", "570.172.08-1"),
-        ("nvidia-driver", "3:535.183.08-1.el9"),
+        ("nvidia-driver", "3:535.154.05-1.el9"),
+        ("nvidia-driver", "3:535.183.06-1.el9"),
         ("nvidia-driver", "3:570.172.08-1.el9"),
         ("nvidia-driver", "3:570.86.15-1.el9"),
         ("zzz-unrelated", "575.1-1"),
@@ -647,7 +682,10 @@ def test_module_defaults_action_group(ansible, node, tmp_path):
     assert out.rc == 0, res
     assert res["kernel_module_version"] == "535.154.05"
     assert res["node"]["kernel_module_version_source"] == str(host / "proc" / "driver" / "nvidia" / "version")
-    assert res["verdict"] == "known_bad" and res["recommended_version"] == "535.183.08"
+    # the v1 535 entry named a release that does not exist and is gone; with the GPU model
+    # unknown the HGX B200 driver minimum (570.133.20) is possibly affected: at_risk, no driver fix
+    assert res["verdict"] == "at_risk" and res["recommended_version"] is None
+    assert [m["id"] for m in res["matches"]] == ["driver-hgx-b200-minimum"]
 
 
 def test_results_are_json_serialisable(ansible, node):

@@ -22,10 +22,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.d
     os.path.abspath(__file__))))))
 
 
+SEED = "driver-r570-mig-mixed-unschedulable"
+
+
 @pytest.fixture(scope="module")
-def entries():
-    with open(os.path.join(REPO, "catalog", "known_bad_drivers.yml")) as f:
-        return dc.validate_catalog(yaml.safe_load(f))
+def driver_doc():
+    with open(os.path.join(REPO, "catalog", "v2", "driver.yml")) as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="module")
+def entries(driver_doc):
+    return dc.validate_documents([driver_doc])
 
 
 def forms(n):
@@ -133,48 +141,49 @@ def test_empty_interval():
 
 def test_pin_plan_from_bundled_catalog(entries):
     plan = dp.pin_plan(entries, {})
-    kinds = [(p["id"], p["branch"], p["kind"]) for p in plan]
-    assert ("nvml-r570-mig-hang", 570, "version") in kinds
-    assert ("nvml-r570-mig-hang", 570, "range") in kinds
-    assert ("nvml-r570-mig-hang", 575, "branch") in kinds
-    assert ("r535-build-fails-newer-kernels", 535, "range") in kinds
-    assert ("r525-gsp-xid119", 525, "range") in kinds
-    # Branch-less entries (toolkit combination, CDMM limitation) are never pinned.
-    assert not [p for p in plan if p["id"] in ("toolkit-dev-char-symlinks-550", "cdmm-gh200-gb200")]
-    # The 580 item is fix-only: nothing in 580 is pinned.
-    assert not [p for p in plan if p["branch"] == 580]
-    assert len([p for p in plan if p["kind"] == "version"]) == 4
+    kinds = [(p["id"], p["branch"], p["kind"], p["description"]) for p in plan]
+    assert (SEED, 570, "range", "branch 570, >= 570.124.06, < 570.172.08") in kinds
+    assert (SEED, 575, "branch", "every 575 release (no fixed 575 release known)") in kinds
+    assert (SEED, 580, "range", "branch 580, < 580.65.06") in kinds
+    # Only driver defects: no security entry is pinned (their floors are upgrades, not pins).
+    ids = set(p["id"] for p in plan)
+    assert not [i for i in ids if i.startswith("driver-cve-")]
+    # Branch-less items (CDMM limitation, HGX B200 minimum) are never pinned.
+    assert not ids & {"driver-cdmm-grace-mig-gds", "driver-hgx-b200-minimum"}
 
 
 def test_pins_block_bad_and_spare_fixed_versions(entries):
-    plan = dp.pin_plan(entries, {})
+    plan = dp.pin_plan(entries, {"gpu_names": ["NVIDIA H100 80GB HBM3"]})
 
     def blocked(v):
         return any(dp.pin_matches_version(p, v) for p in plan)
 
-    for bad in ("570.124.06-0ubuntu1", "570.148.08-0ubuntu0.24.04.1", "570.153.02-1", "575.57.08-0ubuntu1",
-                "575.64.03", "1:575.51.02-1", "535.154.05-0ubuntu0.22.04.1", "525.85.12-1", "3:570.158.01-1.el9"):
+    # by ordering: 570.153.02 and 570.169.01 are named nowhere, both lie in the range
+    for bad in ("570.124.06-0ubuntu1", "570.148.08-0ubuntu0.24.04.1", "570.153.02-1", "570.169.01-1",
+                "575.57.08-0ubuntu1", "575.64.03", "1:575.51.02-1", "3:570.158.01-1.el9"):
         assert blocked(bad), bad
-    for good in ("570.172.08-0ubuntu1", "570.86.15-0ubuntu1", "580.65.06-0ubuntu1", "535.183.08-1",
-                 "525.105.17-1", "550.54.15-1", "5750.1-1", "570.1720.08"):
+    for good in ("570.172.08-0ubuntu1", "570.86.15-0ubuntu1", "580.65.06-0ubuntu1", "580.95.05-1",
+                 "535.183.06-1", "525.105.17-1", "550.54.15-1", "5750.1-1", "570.1720.08"):
         assert not blocked(good), good
 
 
 def test_pin_plan_scope_and_skip(entries):
     plan = dp.pin_plan(entries, {}, branch=570)
     assert set(p["branch"] for p in plan) == {570}
-    plan = dp.pin_plan(entries, {}, skip=["nvml-r570-mig-hang"])
-    assert not [p for p in plan if p["id"] == "nvml-r570-mig-hang"]
+    plan = dp.pin_plan(entries, {}, skip=[SEED])
+    assert not [p for p in plan if p["id"] == SEED]
 
 
-def test_pin_plan_skips_entries_ruled_out_by_components(entries):
-    extra = {"id": "site-gh200-570", "title": "GH200 only", "severity": "high",
-             "affected": [{"branch": 570, "versions": ["570.86.15"], "fixed": "570.172.08"}],
-             "conditions": {"gpu_model": "GH200"}, "remediation": "x", "references": ["y"]}
-    merged, _o = dc.merge_catalog(entries, [extra])
+def test_pin_plan_skips_entries_ruled_out_by_gpu_model_but_not_by_mig_state(driver_doc):
+    extra = {"schema_version": 2, "component": "driver", "version_scheme": "driver", "entries": [
+        {"id": "site-gh200-570", "kind": "defect", "title": "GH200 only", "severity": "high",
+         "affected": [{"branch": "570", "introduced": "570.86.15", "fixed": "570.172.08"}],
+         "conditions": {"gpu_model": "GH200", "mig_enabled": True}, "remediation": "x",
+         "sources": [{"url": "https://example.invalid/y"}]}]}
+    merged, _o = dc.merge_catalog([driver_doc], extra)
     ids = set(p["id"] for p in dp.pin_plan(merged, {"gpu_names": ["NVIDIA H100"]}))
     assert "site-gh200-570" not in ids
-    ids = set(p["id"] for p in dp.pin_plan(merged, {"gpu_names": ["NVIDIA GH200 480GB"]}))
+    ids = set(p["id"] for p in dp.pin_plan(merged, {"gpu_names": ["NVIDIA GH200 480GB"], "mig_enabled": False}))
     assert "site-gh200-570" in ids
 
 
@@ -184,11 +193,12 @@ def test_render_apt_preferences(entries):
     plan = dp.pin_plan(entries, {}, branch=570)
     text = dp.render_apt_preferences(plan)
     stanzas = [s for s in text.split("\n\n") if s.startswith("Explanation:")]
-    assert len(stanzas) == len(plan) == 5
+    assert len(stanzas) == len(plan) == 1
     first = stanzas[0].splitlines()
-    assert first[0].startswith("Explanation: nvml-r570-mig-hang: R570 NVML regression")
+    assert first[0].startswith("Explanation: %s: R570 drivers 570.124.06 to 570.158.01 hang NVML" % SEED)
+    assert first[0].endswith("(branch 570, >= 570.124.06, < 570.172.08)")
     assert first[1] == "Package: *nvidia* cuda-drivers* libcuda*"
-    assert first[2] == "Pin: version /^([0-9]+:)?(570\\.124\\.06)([-+~].*)?$/"
+    assert first[2].startswith("Pin: version /^([0-9]+:)?(570\\.(") and first[2].endswith(")([-+~].*)?$/")
     assert first[3] == "Pin-Priority: -1"
     assert text.startswith("# Managed by kubegpu.fleet driver_guard")
     assert dp.render_apt_preferences([]) == dp.APT_HEADER
@@ -235,11 +245,11 @@ def test_real_apt_cache_parses_rendered_preferences(entries, tmp_path):
 def test_dnf_tokens(entries):
     plan = dp.pin_plan(entries, {}, branch=570)
     toks = dp.dnf_tokens(plan, ["*nvidia*"])
-    assert "*nvidia*-570.148.08-*" in toks
+    assert "*nvidia*-570.124.0[6-9]-*" in toks and "*nvidia*-570.12[5-9].*-*" in toks
     assert len(toks) == len(set(toks))
     # Each token is name-version-release: the version globs match exactly the bad versions.
     globs = [t[len("*nvidia*-"):-len("-*")] for t in toks]
-    for bad in ("570.124.06", "570.153.02", "570.158.01"):
+    for bad in ("570.124.06", "570.148.08", "570.153.02", "570.158.01", "570.169.01"):
         assert any(fnmatch.fnmatchcase(bad, g) for g in globs), bad
     for good in ("570.172.08", "570.86.15", "570.123.99"):
         assert not any(fnmatch.fnmatchcase(good, g) for g in globs), good

@@ -18,7 +18,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages impo
 )
 
 OLD, NEW, REV = "570.158.01", "570.172.08", "-0ubuntu1"
-CATALOG_FIXES = ["570.172.08", "580.65.06", "535.183.08", "525.105.17"]
+CATALOG_FIXES = ["570.172.08", "580.65.06"]  # first fixed releases of the driver defects (catalog v2)
 
 VERSIONS = ["570.172.08-0ubuntu1", "570.172.08-0ubuntu0.24.04.1", "570.172.08-0ubuntu0.24.04.2",
             "570.86.15-0ubuntu1", "1:570.86.15-0ubuntu1", "570.172.08", "570.172.08~rc1-1",
