@@ -116,7 +116,7 @@ test: deps sanity units modules lint integration molecule
 # Boots the seven-node lab (one node per seed failure mode, a GPU hardware fault and a healthy one; needs root),
 # audits it, remediates it and prints the before/after reports. The lab stays up: `make demo-down` removes it.
 demo: deps tree
-	KUBEGPU_REMEDIATE_REPORT_DIR=$(CURDIR)/kubegpu-remediate $(BIN)/ansible-playbook playbooks/lab_demo.yml
+	KUBEGPU_REMEDIATE_REPORT_DIR=$(CURDIR)/kubegpu-remediate $(BIN)/ansible-playbook lab/playbooks/demo.yml
 	@echo; echo "=== before remediation ==="; sed -n '1,/^## /p' $(CURDIR)/kubegpu-remediate/before/kubegpu-audit.md
 	@echo; echo "=== after remediation ==="; cat $(CURDIR)/kubegpu-remediate/after/kubegpu-audit.md
 	@echo "HTML reports: $(CURDIR)/kubegpu-remediate/{before,after}/kubegpu-audit.html"

@@ -62,7 +62,7 @@ def test_artifact_leaves_out_the_development_tools(installed):
     unwanted = ("lab/", "bench/", "scripts/", "molecule/", ".ci/", "tests/lab/",
                 "tests/integration/", ".venv/", ".build/", ".git/")
     assert not [p for p in listing if p.startswith(unwanted)]
-    for name in ("Makefile", "requirements-dev.txt", "playbooks/lab_demo.yml"):
+    for name in ("Makefile", "requirements-dev.txt", "lab/playbooks/demo.yml"):
         assert name not in listing
     # What the execution environment build reads (meta/execution-environment.yml) ships.
     for name in ("bindep.txt", "requirements.txt", "meta/execution-environment.yml"):
