@@ -20,8 +20,7 @@ description:
     (C(nvidia*.yaml|yml|json) in C(/etc/cdi) and C(/var/run/cdi)).
   - The config file is read on the node (a regular file of at most 256 KiB) and parsed on the
     controller by this module's action plugin with Python's C(tomllib) (nodes may lack a TOML parser).
-    A broken, non-UTF-8 or too large file is a warning and RV(ansible_facts.nvidia_stack.container_toolkit.config)
-    null, never a failure.
+    A broken, non-UTF-8 or too large file is a warning and C(config) null, never a failure.
   - The B(injection mode) comes from C(nvidia-container-runtime.mode) - V(legacy) is legacy, V(cdi) and
     V(jit-cdi) are CDI, V(auto) (the packaged default, also when the key is absent) resolves to legacy
     before toolkit 1.18.0 and to jit-cdi from 1.18.0, as the toolkit's own auto-detection does on a
@@ -70,7 +69,7 @@ options:
   service_state:
     description:
       - Ask systemd for the fabric manager unit's state. V(false) leaves
-        RV(ansible_facts.nvidia_stack.fabric_manager.service) null (a container without access to the
+        C(fabric_manager.service) null (a container without access to the
         host's systemd).
     type: bool
     default: true
@@ -88,6 +87,7 @@ attributes:
     support: none
     description: Changes nothing, so there is no diff.
   platform:
+    support: full
     platforms: posix
     description: Linux nodes with dpkg or rpm.
   facts:

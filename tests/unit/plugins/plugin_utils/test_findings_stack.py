@@ -14,8 +14,10 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def node(driver="570.172.08", toolkit="1.17.8", mode="legacy", runtime="runc", fm=None, nvswitch=False,
-         components=None, kernel_modules="open", catalog=CATALOG, hook_disabled=False):
+         components=None, kernel_modules="open", catalog="bundled", hook_disabled=False):
     """A node context shaped like audit_node's: gpu_facts' nvidia, stack_facts' nvidia_stack."""
+    if catalog == "bundled":
+        catalog = CATALOG
     ctx = {
         "nvidia": {"present": True, "driver_version": driver, "mig_mixed": False,
                    "gpus": [{"index": i, "name": H100, "mig_mode": {"current": "disabled"}} for i in range(8)]},
@@ -123,8 +125,8 @@ def test_security_api_components(component, info, cve):
 
 
 def test_device_plugin_envvar_strategy_not_applicable():
-    found = by_id(fs.rule_catalog(node(components={"device-plugin": {"version": "v0.17.2",
-                                                                      "device_list_strategy": "envvar"}})))
+    plugin = {"version": "v0.17.2", "device_list_strategy": "envvar"}
+    found = by_id(fs.rule_catalog(node(components={"device-plugin": plugin})))
     assert "security.device-plugin" not in found
 
 
