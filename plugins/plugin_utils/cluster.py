@@ -8,7 +8,6 @@ Input is what ``kubernetes.core.k8s_info`` returns (``resources`` lists of plain
 from __future__ import annotations
 
 import datetime
-import re
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
