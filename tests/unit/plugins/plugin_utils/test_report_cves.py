@@ -136,3 +136,44 @@ def test_odd_security_evidence_is_tolerated():
     r.render_markdown(rep)
     r.render_html(rep)
     r.render_prometheus(rep)
+
+
+def test_cluster_components_to_findings_to_cve_section():
+    """End to end on the controller: API objects -> cluster_view components -> the catalog rules
+    (findings_stack.rule_catalog, E2) -> the report's CVE grouping."""
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
+
+    def pod(name, node, image, env=None):
+        return {"metadata": {"name": name, "namespace": "gpu-operator", "uid": "u-" + name},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": image, "env": env or []}]},
+                "status": {"phase": "Running"}}
+
+    nodes = [{"metadata": {"name": n}} for n in ("gpu-a", "gpu-b")]
+    pods = [pod("dp-a", "gpu-a", "nvcr.io/nvidia/k8s-device-plugin:v0.17.2",
+                [{"name": "DEVICE_LIST_STRATEGY", "value": "cdi-annotations"}]),
+            pod("dp-b", "gpu-b", "nvcr.io/nvidia/k8s-device-plugin:v0.17.3",
+                [{"name": "DEVICE_LIST_STRATEGY", "value": "cdi-annotations"}]),
+            pod("mig-a", "gpu-a", "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.1-ubuntu20.04"),
+            pod("mig-b", "gpu-b", "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.1-ubuntu20.04")]
+    operator = {"metadata": {"name": "gpu-operator", "namespace": "gpu-operator"},
+                "spec": {"template": {"spec": {"containers": [{"image": "nvcr.io/nvidia/gpu-operator:v25.3.1"}]}}}}
+    policy = {"metadata": {"name": "cluster-policy"}, "spec": {"cdi": {"enabled": True}}}
+    view = cl.cluster_view(nodes, pods, [], [], deployments=[operator], cluster_policies=[policy],
+                           cluster_policy_crd=True)
+    stack = {"container_toolkit": {"installed": True, "version": "1.18.0", "runtime": "runc",
+                                   "injection_mode": "cdi"}}
+    audited = [{"name": name, "status": "audited",
+                "findings": findings_stack.rule_catalog({"api": api, "catalog": CATALOG, "stack": stack})}
+               for name, api in sorted(view["nodes"].items())]
+    rep = r.build_report(audited, generated_at="2026-11-22T06:00:00Z")
+    nvscape = dict((c["id"], c) for c in rep["cves"])["CVE-2025-23266"]
+    assert nvscape["components"] == ["device-plugin", "gpu-operator", "mig-manager"]
+    assert nvscape["node_names"] == ["gpu-a", "gpu-b"] and nvscape["possibly_affected_nodes"] == []
+    # gpu-b's device plugin is fixed (0.17.3): only gpu-a counts for that component
+    assert [(n["node"], n["component"]) for n in nvscape["nodes"] if n["component"] == "device-plugin"] == [
+        ("gpu-a", "device-plugin")]
+    assert nvscape["fixed"]["mig-manager"] == ["0.12.2"] and nvscape["fixed"]["device-plugin"] == ["0.17.3"]
+    text = r.render_prometheus(rep)
+    assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="gpu-operator",severity="critical"} 2' in text
+    assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="device-plugin",severity="critical"} 1' in text
