@@ -14,6 +14,11 @@ description:
     (schema C(kubegpu.fleet/audit-report) version 1, see C(docs/audit-report.schema.json)) and
     writes it atomically on the controller.
   - Hosts without a finished audit are listed as C(unreachable) or C(failed), never dropped.
+  - The C(security.<component>) findings are grouped by CVE across the fleet - the report's C(cves)
+    list (id, highest CVSS, severity, components, affected node count and names, fixed versions,
+    advisories, sources), a CVE table in the HTML and Markdown files and the
+    C(kubegpu_cve_affected_nodes{cve,component,severity}) and C(kubegpu_cve_max_cvss{cve,severity})
+    metrics. Without security findings none of these appear (the JSON list is empty).
   - Reports are written in check mode as well (they are controller-side output, nodes are
     untouched) and the task never reports a change.
 options:
@@ -85,7 +90,7 @@ failing:
   type: list
   elements: dict
 report:
-  description: The whole report document.
+  description: The whole report document, C(cves) included.
   returned: success
   type: dict
 """
