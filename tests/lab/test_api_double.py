@@ -1020,6 +1020,17 @@ def test_gpu_operator_reads_through_the_collections_k8s_layer(api_double_factory
     assert got == {"deployments": [], "cluster_policies": [], "cluster_policy_crd": False}
     assert calls == 2 and notes == []
     assert proc.client.reads(resource="clusterpolicies") == []  # a 404 is no served list
+    # RBAC without the ClusterPolicy read: unknown, said so; a broken API fails the task
+    proc.client.add_fault({"path": "/apis/nvidia.com/*", "code": 403, "reason": "Forbidden",
+                           "message": 'clusterpolicies.nvidia.com is forbidden'})
+    got, _calls, notes = read_gpu_operator(client)
+    assert got["cluster_policy_crd"] is None and notes and "403" in notes[0]
+    proc.client.clear_faults()
+    proc.client.add_fault({"path": "/apis/apps/v1/deployments", "code": 503, "count": 1})
+    with pytest.raises(k8s_client.K8sError) as err:
+        read_gpu_operator(client)
+    assert err.value.status == 503
+    proc.client.clear_faults()
 
     proc.client.load([CLUSTER_POLICY_CRD, CLUSTER_POLICY, GPU_OPERATOR])
     got, _calls, _notes = read_gpu_operator(client)
