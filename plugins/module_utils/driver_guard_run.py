@@ -1,13 +1,18 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""driver_guard audit helper (the read-only part of kubegpu.fleet.driver_guard).
+"""kubegpu.fleet.driver_guard's logic: the evaluation (``driver_guard_evaluate``, also the audit
+probe) and ``state=pinned`` (``driver_guard_pinned``); the module file is only the interface.
 
 Node side: Python 3.8+. See node_probes.py for the calling convention.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import os
+import shutil
+import tempfile
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
     CatalogError,
@@ -23,7 +28,12 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages impo
     compute_utils_status,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed, to_native_text
+from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
+    atomic_write,
+    backup_file,
+)
 
 try:
     from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts
@@ -127,3 +137,149 @@ def driver_guard_evaluate(params, run_command, get_bin_path, warn):
         warn(warning)
     result["msg"] = driver_guard_summary(result)
     return result, entries, ev, node
+
+
+def enforce_message(ev, node):
+    """state=enforce: the failure message for a known_bad verdict (entries, recommendation)."""
+    bad = [m for m in ev["matches"] if m["status"] == "known_bad"]
+    msg = "known-bad NVIDIA driver %s: %s" % (
+        node["driver_version"] or node["kernel_module_version"],
+        "; ".join("%s (%s: %s)" % (m["id"], m["severity"], m["title"]) for m in bad))
+    if ev["recommended_version"]:
+        rec = ev["recommendation"]
+        msg += ". Recommended version: %s (%s)" % (ev["recommended_version"], rec["reason"])
+        if rec.get("alternatives"):
+            msg += "; alternatives: %s" % ", ".join(
+                "%s (%s)" % (a["version"], a["reason"]) for a in rec["alternatives"])
+    else:
+        msg += ". No driver version fixes this; follow the remediation of the entries"
+    return msg
+
+
+# --------------------------------------------------------------------------------------------
+# state=pinned
+# --------------------------------------------------------------------------------------------
+
+class PinError(Exception):
+    """state=pinned cannot go on; the message names the bad value or the failing step."""
+
+
+def _read(path):
+    """The file's text, None when it does not exist. Never blocks (a FIFO is refused), never
+    reads more than 4 MiB, and refuses bytes that are not UTF-8 (UnicodeDecodeError) rather
+    than rewriting them."""
+    data = safe_io.read_bytes(path, missing_ok=True)
+    return None if data is None else data.decode("utf-8")
+
+
+def _validate_apt(content, apt_cache, run):
+    """Make apt-cache parse the rendered preferences; PinError when apt rejects them."""
+    tmp = tempfile.mkdtemp(prefix="driver_guard-")
+    try:
+        pref = os.path.join(tmp, "check.pref")
+        empty = os.path.join(tmp, "empty")
+        for d in (empty, os.path.join(tmp, "lists", "partial"), os.path.join(tmp, "cache", "archives", "partial")):
+            os.makedirs(d)
+        with open(pref, "w") as f:
+            f.write(content)
+        # Only the rendered file and no repositories: problems elsewhere in the node's apt
+        # configuration (a broken sources entry, another preferences file) do not count here.
+        rc, out, err = run([
+            apt_cache,
+            "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
+            "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
+            "-o", "Dir::State::Lists=%s" % os.path.join(tmp, "lists"),
+            "-o", "Dir::Cache=%s" % os.path.join(tmp, "cache"),
+            "policy"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    problems = [line for line in (err or "").splitlines() if line.startswith(("E:", "W:"))]
+    if rc != 0 or problems:
+        raise PinError("apt-cache rejected the generated preferences (nothing written): %s"
+                       % ("; ".join(problems) or err or out).strip())
+
+
+def _write(path, old, new, mode):
+    backup = None
+    if old is not None and os.path.exists(path):
+        backup = backup_file(path)
+    atomic_write(path, new, mode=mode)
+    return backup
+
+
+def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_mode, diff):
+    """Write the negative pins of ``entries`` (driver defects, after skip_entries) for ``node``.
+
+    Updates ``result`` (``pins``, ``changed``, ``diff`` when ``diff``); raises PinError.
+    ``run`` runs a command with the command_timeout deadline (apt-cache validation).
+    """
+    manager = params["package_manager"]
+    if manager == "auto":
+        if get_bin_path("apt-get"):
+            manager = "apt"
+        elif get_bin_path("dnf") or get_bin_path("yum") or get_bin_path("microdnf"):
+            manager = "dnf"
+        else:
+            raise PinError("state=pinned: neither apt-get nor dnf/yum found; set package_manager")
+    branch = None
+    if params["pin_scope"] == "branch":
+        branch = result["branch"]
+        if branch is None:
+            raise PinError("pin_scope=branch needs the node's driver branch, but no driver "
+                           "version is known (set driver_version)")
+    try:
+        packages = driver_pins.validate_pin_packages(params["pin_packages"])
+    except ValueError as e:
+        raise PinError(to_native_text(e))
+    plan = driver_pins.pin_plan(entries, node, branch=branch, skip=params.get("skip_entries"))
+    recommended = result.get("recommended_version")
+    if recommended:
+        for pin in plan:
+            if driver_pins.pin_matches_version(pin, recommended):
+                raise PinError("refusing to pin: %s (%s) would also block the recommended version %s"
+                               % (pin["id"], pin["description"], recommended))
+    if manager == "apt":
+        path = params["apt_preferences_path"]
+        if not driver_pins.apt_preferences_name_ok(path):
+            raise PinError("apt_preferences_path %r: apt ignores preference files whose name "
+                           "has an extension other than .pref or characters other than letters, "
+                           "digits, '-', '_' and '.'" % path)
+        mode = 0o644
+    else:
+        path = params["dnf_conf_path"]
+        mode = None
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise PinError("cannot write %s: directory %s does not exist" % (path, directory))
+    try:
+        old = _read(path)
+    except (safe_io.UnsafeInput, IOError, OSError, UnicodeDecodeError) as e:
+        raise PinError("cannot read %s: %s" % (path, to_native_text(e)))
+    if manager == "apt":
+        new = driver_pins.render_apt_preferences(plan, packages)
+    else:
+        new = driver_pins.render_dnf_conf(old or "", driver_pins.dnf_tokens(plan, packages))
+    changed = old is None or old != new
+    pins = {"manager": manager, "path": path, "scope": params["pin_scope"],
+            "count": len(plan), "entries": sorted(set(p["id"] for p in plan)),
+            "versions": ["%s: %s" % (p["id"], p["description"]) for p in plan],
+            "backup_file": None, "validation": None}
+    if changed and manager == "apt" and params["validate_pins"]:
+        apt_cache = get_bin_path("apt-cache")
+        if not apt_cache:
+            pins["validation"] = "apt-cache not found; preferences not validated"
+        else:
+            _validate_apt(new, apt_cache, run)
+            pins["validation"] = "apt-cache policy parsed the file"
+    if changed and not check_mode:
+        try:
+            pins["backup_file"] = _write(path, old, new, mode)
+        except (IOError, OSError) as e:
+            raise PinError("cannot write %s: %s" % (path, to_native_text(e)))
+    result["pins"] = pins
+    result["changed"] = changed
+    if diff:
+        result["diff"] = {"before": old or "", "after": new,
+                          "before_header": path if old is not None else "%s (absent)" % path,
+                          "after_header": path}
+    return result

@@ -9,33 +9,44 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: driver_guard
-short_description: Check a node's NVIDIA driver against the known-bad driver catalog, and pin bad versions away
+short_description: Check a node's NVIDIA driver against the known-bad catalog (v2), and pin bad versions away
 version_added: 0.1.0
 description:
-  - Evaluates the NVIDIA driver of a node against the collection's known-bad driver catalog
-    (C(catalog/known_bad_drivers.yml)) plus O(catalog_extra), and returns a verdict, the
-    matching entries, the branch, a recommended version, whether a reboot is pending and the
-    installed NVIDIA packages.
-  - The catalog is bundled with the collection. The action plugin of this module reads it on
-    the controller, validates it and passes it to the node; users never pass it.
-  - Conditions are evaluated on node facts. An entry whose driver criteria match and whose
-    state conditions (C(mig_mixed), C(mig_enabled)) all hold makes the node C(known_bad); if
-    a state condition does not hold today (or is unknown) the node is C(at_risk). An entry
-    about a component the node does not have (C(toolkit_version) with no toolkit installed,
-    C(gpu_model) not present) does not match at all and is listed in RV(not_applicable).
+  - Evaluates the NVIDIA driver of a node against the driver defects of the collection's
+    known-bad catalog v2 (C(catalog/v2/driver.yml), the entries whose C(kind) is C(defect)) plus
+    O(catalog_extra), and returns a verdict, the matching entries, the branch, a recommended
+    version, whether a reboot is pending and the installed NVIDIA packages.
+  - The catalog is bundled with the collection. The action plugin of this module reads every
+    C(catalog/v2/*.yml) on the controller, validates it with O(catalog_extra) and passes the
+    driver defects to the node; users never pass it.
+  - Security entries of the driver (CVE floors from NVIDIA's bulletins) are not part of the
+    verdict or the recommendation; the audit reports them separately as C(security.driver)
+    findings (M(kubegpu.fleet.audit_node)).
+  - "Versions are compared by ordering, never by membership in a list: an affected item covers
+    C(introduced <= version < fixed) (or C(<= last_affected) without a known fix, or the whole
+    branch), so releases the catalog does not name are judged too."
+  - Conditions are evaluated on node facts as in catalog v2. An entry whose version range
+    matches and whose conditions all hold makes the node C(known_bad). The MIG state conditions
+    (C(mig_mixed), C(mig_enabled)) describe how the node is configured today; if one does not
+    hold (the bug is in the driver, its trigger is a reconfiguration away) or a condition fact
+    is unknown, the node is C(at_risk). Any other condition that fails (another C(gpu_model))
+    rules the entry out; it is listed in RV(not_applicable) with the reason.
   - Both the installed userspace driver and the loaded kernel module are evaluated; after an
     upgrade without reboot the loaded module may still be known-bad.
-  - "Recommendation rule: the first fixed release of the node's branch for every matched entry
-    (raised while that release itself matches another entry on this node). When the branch has
-    no fix, the nearest fixed branch: the nearest newer branch first (moving forward keeps the
+  - "Recommendation rule: the first version of the node's branch that is clear of every
+    known-bad driver defect on this node: the highest first-fixed version of the branch among
+    the matched entries, raised while that version itself matches another defect here. Security
+    floors are reported separately (C(security.driver)) and may be higher. When the branch has no
+    fix, the nearest fixed branch: the nearest newer branch first (moving forward keeps the
     CUDA driver API at least as new), else the nearest older one; the remaining fixed branches
     are returned as RV(recommendation.alternatives) (e.g. 575.57.08: no 575 fix, recommended
     580.65.06, alternative 570.172.08). A candidate that would still be C(known_bad) on this
     node through an entry a driver cannot fix ranks last."
   - "O(state=pinned) writes negative pins so known-bad versions are never installed again: an
     apt preferences file with C(Pin-Priority: -1) stanzas, or dnf C(excludepkgs) entries in
-    C([main]) of dnf.conf. Ranges become apt version regular expressions / dnf globs.
-    Branch-less entries (driver/toolkit combinations, limitations) are never pinned."
+    C([main]) of dnf.conf. The branch items of the driver defects become apt version regular
+    expressions / dnf globs. Branch-less items (limitations, platform minimums) and security
+    entries are never pinned."
 author:
   - kubegpu.fleet maintainers (@kubegpu)
 extends_documentation_fragment:
@@ -80,8 +91,9 @@ options:
     type: bool
   toolkit_version:
     description:
-      - Installed nvidia-container-toolkit version. Default is detected from packages
-        (C(nvidia-container-toolkit), C(nvidia-container-toolkit-base)).
+      - Installed nvidia-container-toolkit version, reported in RV(node). Default is detected
+        from packages (C(nvidia-container-toolkit), C(nvidia-container-toolkit-base)). The
+        toolkit's own catalog entries are C(container-toolkit) findings of the audit.
       - Package forms are accepted (V(1.14.5-1), V(1:1.17.8-1)); write pre-releases the Debian
         way (V(1.18.0~rc.1)), since text after the last C(-) is read as a package revision.
       - V(none) declares that no toolkit is installed. Set the version when the toolkit runs in a
@@ -90,19 +102,27 @@ options:
   gpu_names:
     description:
       - GPU model names (e.g. V(NVIDIA GH200 480GB)) for C(gpu_model) conditions.
-        Default is detected by the GPU probe.
+        Default is detected by the GPU probe; unknown names make C(gpu_model) entries C(at_risk).
     type: list
     elements: str
   catalog_extra:
     description:
-      - Additional catalog entries (same format as the bundled catalog, see
-        C(catalog/README.md)), as a list of entries or a mapping with C(entries).
+      - Site-local catalog entries as catalog v2 documents, each shaped exactly like a file in
+        C(catalog/v2/) (keys C(schema_version) (2), C(component), C(version_scheme), C(entries)), one
+        document or a list of them. See C(catalog/README.md), section C(catalog_extra).
+      - Validated on the controller with the bundled catalog by the same rules (the JSON schema
+        C(catalog/schema/catalog-v2.schema.json) when C(jsonschema) is installed, ordered ranges
+        inside their branch, CVSS severity, ids unique across the bundled files and the extra
+        documents); a bad document fails the task naming the entry and the value.
+      - Only the C(defect) entries of C(driver) documents reach the verdict;
+        documents of other components are validated and otherwise left to the audit.
       - An id that already exists in the bundled catalog is an error; skip the bundled entry
         with O(skip_entries) and add yours under a new id.
+      - Catalog v1 entries (the retired C(known_bad_drivers.yml) format) are refused.
     type: raw
   skip_entries:
     description:
-      - Catalog entry ids to ignore (e.g. an accepted limitation). Unknown ids are an error.
+      - Driver defect ids to ignore (e.g. an accepted limitation). Unknown ids are an error.
     type: list
     elements: str
     default: []
@@ -183,7 +203,7 @@ options:
     default: 120
   _catalog:
     description:
-      - Internal. Set by the action plugin to the bundled catalog; do not set it.
+      - Internal. Set by the action plugin to the bundled catalog v2 driver defects; do not set it.
     type: raw
 notes:
   - "apt: C(Pin-Priority: -1) stops apt from choosing a version as install or upgrade
@@ -207,18 +227,28 @@ EXAMPLES = r"""
   kubegpu.fleet.driver_guard:
     state: pinned
 
-- name: Add a site-specific entry without editing the collection
+- name: Add a site-specific entry without editing the collection (a catalog v2 document)
   kubegpu.fleet.driver_guard:
     catalog_extra:
-      - id: site-570-86-ecc
-        title: ECC storms seen on our A100 fleet
-        severity: high
-        affected:
-          - branch: 570
-            versions: ["570.86.15"]
-            fixed: "570.172.08"
-        remediation: Upgrade to 570.172.08.
-        references: ["https://wiki.example.com/gpu/ecc-570"]
+      - schema_version: 2
+        component: driver
+        version_scheme: driver
+        entries:
+          - id: site-570-86-ecc
+            kind: defect
+            title: ECC storms seen on our A100 fleet
+            severity: high
+            affected:
+              - branch: "570"
+                introduced: "570.86.15"
+                last_affected: "570.86.15"
+                fixed: "570.172.08"
+            conditions:
+              gpu_model: A100
+            remediation: Upgrade to 570.172.08.
+            sources:
+              - url: https://wiki.example.com/gpu/ecc-570
+                verified: "2026-11-24"
 
 - name: Evaluate a planned version without touching the node
   kubegpu.fleet.driver_guard:
@@ -269,8 +299,12 @@ matches:
       description: Entry title.
       type: str
       returned: always
+    kind:
+      description: Always C(defect) (security entries are reported by the audit).
+      type: str
+      returned: always
     severity:
-      description: critical, high, medium, warning or info.
+      description: critical, high, medium, low or info.
       type: str
       returned: always
     status:
@@ -283,12 +317,12 @@ matches:
       elements: str
       returned: always
     conditions_not_met:
-      description: State conditions that do not hold today.
+      description: MIG state conditions that do not hold today.
       type: list
       elements: str
       returned: always
     conditions_unknown:
-      description: State conditions the node could not tell.
+      description: Conditions the node could not tell.
       type: list
       elements: str
       returned: always
@@ -297,8 +331,21 @@ matches:
       type: list
       elements: dict
       returned: always
+    reasons:
+      description: Why the version is in the range (ordering) and how each condition came out.
+      type: list
+      elements: str
+      returned: always
+    affected_range:
+      description: The catalog range that matched, e.g. C(branch 570, >= 570.124.06, < 570.172.08).
+      type: str
+      returned: always
     fixed_in_branch:
-      description: First fixed release in the matched branch, C(none), or null for branch-less entries.
+      description: First fixed release in the matched branch, C(none) (no fix known), or null for branch-less items.
+      type: str
+      returned: always
+    mitigation:
+      description: What to do where the upgrade is not allowed (null when the entry has none).
       type: str
       returned: always
     remediation:
@@ -306,7 +353,7 @@ matches:
       type: str
       returned: always
     references:
-      description: URLs and issue ids.
+      description: The entry's source URLs.
       type: list
       elements: str
       returned: always
@@ -315,8 +362,8 @@ matches:
       type: str
       returned: always
 not_applicable:
-  description: Entries whose driver criteria match but whose component condition rules the node
-    out (e.g. no container toolkit installed), with the reason.
+  description: Entries whose version range matches but whose condition rules the node out
+    (e.g. another GPU model), with the reason and the range.
   returned: always
   type: list
   elements: dict
@@ -395,7 +442,7 @@ detection:
   returned: always
   type: dict
 catalog:
-  description: Catalog summary (bundled and extra entry counts, skipped ids).
+  description: Catalog summary (driver defects evaluated, bundled and extra counts, skipped ids).
   returned: always
   type: dict
 pins:
@@ -404,12 +451,7 @@ pins:
   type: dict
 """
 
-import os
-import shutil
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
@@ -417,136 +459,12 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import b
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import VERDICT_KNOWN_BAD
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
     DRIVER_GUARD_ENVIRON,
+    PinError,
     driver_guard_evaluate,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
-    atomic_write,
-    backup_file,
+    driver_guard_pinned,
+    enforce_message,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
-
-
-def _read(path):
-    """The file's text, None when it does not exist. Never blocks (a FIFO is refused), never
-    reads more than 4 MiB, and refuses bytes that are not UTF-8 (UnicodeDecodeError) rather
-    than rewriting them."""
-    data = safe_io.read_bytes(path, missing_ok=True)
-    return None if data is None else data.decode("utf-8")
-
-
-def _validate_apt(module, result, content):
-    """Make apt-cache parse the rendered preferences; fail the task if apt rejects them."""
-    apt_cache = module.get_bin_path("apt-cache")
-    if not apt_cache:
-        return "apt-cache not found; preferences not validated"
-    tmp = tempfile.mkdtemp(prefix="driver_guard-")
-    try:
-        pref = os.path.join(tmp, "check.pref")
-        empty = os.path.join(tmp, "empty")
-        for d in (empty, os.path.join(tmp, "lists", "partial"), os.path.join(tmp, "cache", "archives", "partial")):
-            os.makedirs(d)
-        with open(pref, "w") as f:
-            f.write(content)
-        # Only the rendered file and no repositories: problems elsewhere in the node's apt
-        # configuration (a broken sources entry, another preferences file) do not count here.
-        run = bounded_runner(module.params["command_timeout"], environ_update=DRIVER_GUARD_ENVIRON)
-        rc, out, err = run([
-            apt_cache,
-            "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
-            "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
-            "-o", "Dir::State::Lists=%s" % os.path.join(tmp, "lists"),
-            "-o", "Dir::Cache=%s" % os.path.join(tmp, "cache"),
-            "policy"])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    problems = [line for line in (err or "").splitlines() if line.startswith(("E:", "W:"))]
-    if rc != 0 or problems:
-        _fail(module, result, "apt-cache rejected the generated preferences (nothing written): %s"
-              % ("; ".join(problems) or err or out).strip())
-    return None
-
-
-def _write(path, old, new, mode):
-    backup = None
-    if old is not None and os.path.exists(path):
-        backup = backup_file(path)
-    atomic_write(path, new, mode=mode)
-    return backup
-
-
-def _fail(module, result, msg):
-    """Fail with the evaluation so far attached (``result`` already carries a summary msg)."""
-    out = dict(result)
-    out["msg"] = msg
-    module.fail_json(**out)
-
-
-def _pinned(module, params, entries, node, result, skip):
-    manager = params["package_manager"]
-    if manager == "auto":
-        if module.get_bin_path("apt-get"):
-            manager = "apt"
-        elif module.get_bin_path("dnf") or module.get_bin_path("yum") or module.get_bin_path("microdnf"):
-            manager = "dnf"
-        else:
-            _fail(module, result, "state=pinned: neither apt-get nor dnf/yum found; set package_manager")
-    branch = None
-    if params["pin_scope"] == "branch":
-        branch = result["branch"]
-        if branch is None:
-            _fail(module, result, "pin_scope=branch needs the node's driver branch, but no driver "
-                  "version is known (set driver_version)")
-    try:
-        packages = driver_pins.validate_pin_packages(params["pin_packages"])
-    except ValueError as e:
-        _fail(module, result, to_native(e))
-    plan = driver_pins.pin_plan(entries, node, branch=branch, skip=skip)
-    recommended = result.get("recommended_version")
-    if recommended:
-        for pin in plan:
-            if driver_pins.pin_matches_version(pin, recommended):
-                _fail(module, result, "refusing to pin: %s (%s) would also block the recommended version %s"
-                      % (pin["id"], pin["description"], recommended))
-    directory = os.path.dirname(os.path.abspath(
-        params["apt_preferences_path"] if manager == "apt" else params["dnf_conf_path"]))
-    if manager == "apt":
-        path = params["apt_preferences_path"]
-        if not driver_pins.apt_preferences_name_ok(path):
-            _fail(module, result, "apt_preferences_path %r: apt ignores preference files whose name "
-                  "has an extension other than .pref or characters other than letters, "
-                  "digits, '-', '_' and '.'" % path)
-        mode = 0o644
-    else:
-        path = params["dnf_conf_path"]
-        mode = None
-    if not os.path.isdir(directory):
-        _fail(module, result, "cannot write %s: directory %s does not exist" % (path, directory))
-    try:
-        old = _read(path)
-    except (safe_io.UnsafeInput, IOError, OSError, UnicodeDecodeError) as e:
-        _fail(module, result, "cannot read %s: %s" % (path, to_native(e)))
-    if manager == "apt":
-        new = driver_pins.render_apt_preferences(plan, packages)
-    else:
-        new = driver_pins.render_dnf_conf(old or "", driver_pins.dnf_tokens(plan, packages))
-    changed = old is None or old != new
-    pins = {"manager": manager, "path": path, "scope": params["pin_scope"],
-            "count": len(plan), "entries": sorted(set(p["id"] for p in plan)),
-            "versions": ["%s: %s" % (p["id"], p["description"]) for p in plan],
-            "backup_file": None, "validation": None}
-    if changed and manager == "apt" and params["validate_pins"]:
-        pins["validation"] = _validate_apt(module, result, new) or "apt-cache policy parsed the file"
-    if changed and not module.check_mode:
-        try:
-            pins["backup_file"] = _write(path, old, new, mode)
-        except (IOError, OSError) as e:
-            _fail(module, result, "cannot write %s: %s" % (path, to_native(e)))
-    result["pins"] = pins
-    result["changed"] = changed
-    if module._diff:
-        result["diff"] = {"before": old or "", "after": new,
-                          "before_header": path if old is not None else "%s (absent)" % path,
-                          "after_header": path}
 
 
 def main():
@@ -594,23 +512,16 @@ def main():
         module.fail_json(msg=e.msg, **e.result)
 
     if p["state"] == "enforce" and ev["verdict"] == VERDICT_KNOWN_BAD:
-        bad = [m for m in ev["matches"] if m["status"] == VERDICT_KNOWN_BAD]
-        msg = "known-bad NVIDIA driver %s: %s" % (
-            node["driver_version"] or node["kernel_module_version"],
-            "; ".join("%s (%s: %s)" % (m["id"], m["severity"], m["title"]) for m in bad))
-        if ev["recommended_version"]:
-            rec = ev["recommendation"]
-            msg += ". Recommended version: %s (%s)" % (ev["recommended_version"], rec["reason"])
-            if rec.get("alternatives"):
-                msg += "; alternatives: %s" % ", ".join(
-                    "%s (%s)" % (a["version"], a["reason"]) for a in rec["alternatives"])
-        else:
-            msg += ". No driver version fixes this; follow the remediation of the entries"
-        result["msg"] = msg
+        result["msg"] = enforce_message(ev, node)
         module.fail_json(**result)
     if p["state"] == "pinned":
-        _pinned(module, p, [e for e in entries if e["id"] not in set(p["skip_entries"])],
-                node, result, p["skip_entries"])
+        try:
+            driver_guard_pinned(p, entries, node, result, module.get_bin_path, run,
+                                module.check_mode, module._diff)
+        except PinError as e:
+            out = dict(result)
+            out["msg"] = str(e)
+            module.fail_json(**out)
     module.exit_json(**result)
 
 
