@@ -309,7 +309,7 @@ def test_old_nvidia_ctk_fails_clearly_then_is_upgraded(lab, ansible):
     res = ansible.playbook(node_play("oldctk"), inventory=lab.inventory)
     assert res.rc != 0 and "oldctk" in failures(res)
     msg = res.task(ROLE + "Refuse to run a broken nvidia-ctk", "oldctk")["msg"]
-    assert "1.14.3" in msg and "1.14.6" in msg and "550.40" in msg, msg
+    assert "1.14.3" in msg and "1.14.6" in msg and "550.x" in msg, msg
     assert files_on(lab, "oldctk", NODE_FILES[3:]) == []
 
     res = ansible.playbook(node_play("oldctk", kubegpu_device_plugin_upgrade_toolkit=True), inventory=lab.inventory)

@@ -87,8 +87,9 @@ def version_tuple(text):
 
 
 def gpu_major_name(version):
-    """/proc/devices calls the GPU major "nvidia" from 550.40 on, "nvidia-frontend" before."""
-    return "nvidia" if version_tuple(version) >= (550, 40) else "nvidia-frontend"
+    """/proc/devices calls the GPU major "nvidia" with 550.x and later drivers, "nvidia-frontend" before
+    (NVIDIA's text names the 550 branch, no release inside it)."""
+    return "nvidia" if version_tuple(version) >= (550,) else "nvidia-frontend"
 
 
 # ------------------------------------------------------------------------------ state
