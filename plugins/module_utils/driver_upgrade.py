@@ -18,6 +18,16 @@ installed NVIDIA driver package whose version is in the branch plus ``nvidia-dri
 (``nvidia-cuda-mps-control``); the plan switches the module stream when needed (reset +
 enable, without syncing packages), installs ``name-EPOCH:VERSION-RELEASE`` and writes
 versionlock entries.
+
+Fabric manager (NVSwitch systems) must run exactly the driver's version: nv-fabricmanager refuses
+to start against a kernel module of another version, the fabric stays uninitialised and CUDA
+fails with error 802. An installed fabric manager (apt ``nvidia-fabricmanager-B``,
+``nvidia-fabricmanager-dev-B``, ``cuda-drivers-fabricmanager-B``; dnf ``nvidia-fabric-manager``,
+``nvidia-fabric-manager-devel``, ``nvidia-fabricmanager-B``, ``cuda-drivers-fabricmanager-B``)
+is therefore a member of the set like any other: pinned to the target in the same transaction.
+Unlike other members it is never left out when the target is missing from the sources (the
+plan fails), it needs no reboot of its own, and the plan names it (``fabric_manager``) so the
+role can restart its service and verify it.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -253,9 +263,12 @@ def _check_branch_move(installed_version, target, allow_branch_change, allow_dow
 # --------------------------------------------------------------------------------------------
 
 APT_BRANCH_NAME = re.compile(
-    r"^(?P<stem>(?:lib)?nvidia-[a-z0-9][a-z0-9.+-]*?|xserver-xorg-video-nvidia)"
+    r"^(?P<stem>(?:lib)?nvidia-[a-z0-9][a-z0-9.+-]*?|xserver-xorg-video-nvidia|cuda-drivers-fabricmanager)"
     r"-(?P<branch>\d{3,})(?P<server>-server)?(?P<open>-open)?$")
 COMPUTE_UTILS_STEM = "nvidia-compute-utils"
+# apt stems of the fabric manager packages (NVIDIA's and Ubuntu's names)
+APT_FABRIC_MANAGER_STEMS = ("nvidia-fabricmanager", "nvidia-fabricmanager-dev", "cuda-drivers-fabricmanager")
+FABRIC_MANAGER_SERVICE = "nvidia-fabricmanager.service"
 
 
 def apt_branch_name(name):
@@ -342,7 +355,8 @@ def plan_apt(packages, target, available, allow_branch_change=False, allow_downg
         same = name == p["name"]
         members.append({"name": name, "arch": p["arch"], "from": p["version"] if same else None,
                         "replaces": None if same else "%s %s" % (p["name"], p["version"]),
-                        "compute_utils": stem == COMPUTE_UTILS_STEM})
+                        "compute_utils": stem == COMPUTE_UTILS_STEM,
+                        "fabric_manager": stem in APT_FABRIC_MANAGER_STEMS})
     # a target-branch package installed beside the old branch keeps its own version as "from"
     by_name = dict(((p["name"], p["arch"]), p["version"]) for p in inst)
     for m in members:
@@ -352,7 +366,7 @@ def plan_apt(packages, target, available, allow_branch_change=False, allow_downg
         cu = "%s-%d%s" % (COMPUTE_UTILS_STEM, to_branch, "-server" if server else "")
         arch = next((m["arch"] for m in members if m["arch"] not in ("", "all")), native_arch or "")
         members.append({"name": cu, "arch": arch, "from": by_name.get((cu, arch)), "replaces": None,
-                        "compute_utils": True})
+                        "compute_utils": True, "fabric_manager": False})
 
     unavailable = []
     selected = []
@@ -372,9 +386,43 @@ def plan_apt(packages, target, available, allow_branch_change=False, allow_downg
                         % (target, ", ".join(essential),
                            "; ".join("%s: %s" % (n, ", ".join(available.get(n) or []) or "nothing")
                                      for n in essential)))
+    _fabric_manager_available(members, unavailable, target, available)
     return _finish_plan("apt", selected, unavailable, other_branches, installed_version, source,
                         upstream, from_branch, to_branch, deb_version_cmp,
                         lambda m: _spec(m["name"], m["arch"], m["to"], native_arch))
+
+
+def _fabric_manager_available(members, unavailable, target, available):
+    """Fail when an installed fabric manager package has no candidate at the target: the driver
+    would move without it and the daemon would refuse to start (CUDA error 802)."""
+    missing = [m["name"] for m in members if m["fabric_manager"] and m["name"] in unavailable]
+    if missing:
+        raise PlanError(
+            "fabric manager must move with the driver (exactly the same version) but %s has no candidate "
+            "at %s (the package sources list %s); add the fabric manager of %s to the repository or "
+            "choose a target version it has"
+            % (", ".join(missing), target,
+               "; ".join("%s: %s" % (n, ", ".join(available.get(n) or []) or "nothing") for n in missing),
+               target))
+
+
+def fabric_manager_state(selected, upstream):
+    """What the plan says about fabric manager: ``{installed, packages, from, to, changed,
+    matches_target, service}``; ``from`` is the upstream version of the installed fabric manager
+    (the service package's, else the first member's)."""
+    fm = [m for m in selected if m.get("fabric_manager")]
+    main = next((m for m in fm if re.match(r"^nvidia-fabric-?manager(-\d+)?$", m["name"])), fm[0] if fm else None)
+    current = upstream_of(main["from"]) if main and main["from"] else None
+    return {
+        "installed": bool(fm),
+        "packages": sorted(set(m["name"] for m in fm)),
+        "from": current,
+        "to": upstream if fm else None,
+        "changed": any(m["action"] != "none" for m in fm),
+        "matches_target": (all(m["from"] is not None and upstream_of(m["from"]) == upstream for m in fm)
+                           if fm else None),
+        "service": FABRIC_MANAGER_SERVICE if fm else None,
+    }
 
 
 def _finish_plan(manager, selected, unavailable, other_branches, installed_version, source,
@@ -391,7 +439,9 @@ def _finish_plan(manager, selected, unavailable, other_branches, installed_versi
         if m["action"] != "none":
             changes.append(m)
     selected.sort(key=lambda m: (m["name"], m["arch"]))
-    reboot_pkgs = sorted(set(m["name"] for m in changes if not m["compute_utils"]))
+    # fabric manager is a userspace daemon: its own change needs a restart, not a reboot
+    reboot_pkgs = sorted(set(m["name"] for m in changes
+                             if not m["compute_utils"] and not m.get("fabric_manager")))
     before = "".join("%s %s\n" % (m["name"], m["from"] or "(not installed)") for m in selected)
     before += "".join("%s (replaced)\n" % m["replaces"] for m in selected if m["replaces"])
     after = "".join("%s %s\n" % (m["name"], m["to"]) for m in selected)
@@ -410,7 +460,8 @@ def _finish_plan(manager, selected, unavailable, other_branches, installed_versi
         "branch_change": from_branch != to_branch,
         "packages": [{"name": m["name"], "arch": m["arch"], "from": m["from"], "to": m["to"],
                       "action": m["action"], "replaces": m["replaces"],
-                      "compute_utils": m["compute_utils"]} for m in selected],
+                      "compute_utils": m["compute_utils"],
+                      "fabric_manager": bool(m.get("fabric_manager"))} for m in selected],
         "install": [spec(m) for m in selected],
         "hold": sorted(set(m["name"] for m in selected)),
         "changes": [{"name": m["name"], "from": m["from"], "to": m["to"], "action": m["action"]}
@@ -420,7 +471,9 @@ def _finish_plan(manager, selected, unavailable, other_branches, installed_versi
         "reboot_required": bool(reboot_pkgs),
         "drain_required": bool(reboot_pkgs),
         "reboot_packages": reboot_pkgs,
-        "kernel_packages": sorted(set(m["name"] for m in selected if not m["compute_utils"])),
+        "kernel_packages": sorted(set(m["name"] for m in selected
+                                      if not m["compute_utils"] and not m.get("fabric_manager"))),
+        "fabric_manager": fabric_manager_state(selected, upstream),
         "unavailable": sorted(unavailable),
         "other_branches": sorted(other_branches),
         "summary": summary,
@@ -435,7 +488,10 @@ def _finish_plan(manager, selected, unavailable, other_branches, installed_versi
 RPM_DRIVER_NAME = re.compile(
     r"^(nvidia-driver(-[A-Za-z0-9-]+)?|libnvidia-(?!container)[A-Za-z0-9-]+|nvidia-kmod-common|"
     r"kmod-nvidia-[A-Za-z0-9.-]+|nvidia-modprobe|nvidia-persistenced|nvidia-settings|nvidia-xconfig|"
-    r"nvidia-libXNVCtrl(-devel)?|nvidia-fabric-manager(-devel)?|cuda-drivers(-\d+)?)$")
+    r"nvidia-libXNVCtrl(-devel)?|nvidia-fabric-manager(-devel)?|nvidia-fabricmanager(-devel)?-\d+|"
+    r"cuda-drivers(-fabricmanager)?(-\d+)?)$")
+RPM_FABRIC_MANAGER_NAME = re.compile(
+    r"^(nvidia-fabric-manager(-devel)?|nvidia-fabricmanager(-devel)?-\d+|cuda-drivers-fabricmanager(-\d+)?)$")
 RPM_COMPUTE_UTILS = "nvidia-driver-cuda"
 DNF_MODULE = "nvidia-driver"
 
@@ -532,10 +588,11 @@ def plan_dnf(packages, target, available, stream=None, locks=None, allow_branch_
             continue
         seen.add(key)
         members.append({"name": p["name"], "arch": p["arch"], "from": p["version"], "replaces": None,
-                        "compute_utils": p["name"] == RPM_COMPUTE_UTILS})
+                        "compute_utils": p["name"] == RPM_COMPUTE_UTILS,
+                        "fabric_manager": bool(RPM_FABRIC_MANAGER_NAME.match(p["name"]))})
     if compute_utils and not any(m["compute_utils"] for m in members):
         members.append({"name": RPM_COMPUTE_UTILS, "arch": "", "from": None, "replaces": None,
-                        "compute_utils": True})
+                        "compute_utils": True, "fabric_manager": False})
     unavailable = []
     selected = []
     for m in members:
@@ -549,6 +606,7 @@ def plan_dnf(packages, target, available, stream=None, locks=None, allow_branch_
     if essential:
         raise PlanError("target %s is not available from the dnf repositories for %s; check the "
                         "repository or set kubegpu_driver_version" % (target, ", ".join(essential)))
+    _fabric_manager_available(members, unavailable, target, available)
     fl = flavor or dnf_flavor(stream, inst)
     stream_to = "%d-%s" % (tgt_v.branch, fl)
     plan = _finish_plan("dnf", selected, unavailable, other_branches, installed_version, source,

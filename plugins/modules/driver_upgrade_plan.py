@@ -33,6 +33,12 @@ description:
   - A move to another branch is refused unless O(allow_branch_change=true), a downgrade within
     the branch unless O(allow_downgrade=true); the task fails with a message naming both versions.
   - RV(locks) names the processes holding the dpkg/apt lock files (from C(/proc/locks)).
+  - "Fabric manager (NVSwitch systems) moves in lockstep: an installed C(nvidia-fabricmanager-<branch>),
+    C(nvidia-fabricmanager-dev-<branch>), C(cuda-drivers-fabricmanager-<branch>) (apt) or
+    C(nvidia-fabric-manager[-devel]), C(nvidia-fabricmanager[-devel]-<branch>) (dnf) is a member
+    pinned to the target in the same transaction; the plan fails when it has no candidate at the
+    target (nv-fabricmanager refuses to start against a driver of another version). Its change
+    alone needs no reboot (RV(fabric_manager))."
 author:
   - kubegpu.fleet maintainers (@kubegpu)
 extends_documentation_fragment:
@@ -176,7 +182,7 @@ branch_change:
   type: bool
 packages:
   description: The package set (name, arch, from, to, action install/upgrade/downgrade/none,
-    replaces, compute_utils).
+    replaces, compute_utils, fabric_manager).
   returned: success
   type: list
   elements: dict
@@ -234,6 +240,17 @@ other_branches:
   returned: success
   type: list
   elements: str
+fabric_manager:
+  description:
+    - Fabric manager in the set. C(installed) (a fabric manager package is installed), C(packages)
+      (its members), C(from) (installed upstream version), C(to) (the target), C(changed) (the
+      transaction changes it), C(matches_target) (already at the target; null when not installed),
+      C(service) (C(nvidia-fabricmanager.service), null when not installed).
+  returned: success
+  type: dict
+  sample: {"installed": true, "packages": ["nvidia-fabricmanager-570"], "from": "570.158.01",
+           "to": "570.172.08", "changed": true, "matches_target": false,
+           "service": "nvidia-fabricmanager.service"}
 kernel_module_version:
   description: Loaded kernel module version (C(<proc_path>/driver/nvidia/version)), null when unknown.
   returned: always
