@@ -175,6 +175,7 @@ def _check_conditions(where, conditions):
 ENTRY_KEYS = ("id", "kind", "title", "description", "cves", "severity", "affected", "conditions",
               "remediation", "mitigation", "notes", "advisory", "sources")
 ENTRY_REQUIRED = ("id", "kind", "title", "severity", "affected", "remediation", "sources")
+DOC_KEYS = ("schema_version", "component", "version_scheme", "entries", "_path")
 ITEM_KEYS = ("branch", "introduced", "last_affected", "fixed", "conditions", "note")
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -307,8 +308,7 @@ def validate_catalog(docs):
         if doc.get("version_scheme") != scheme:
             raise CatalogError("catalog file %s: component %s uses version_scheme %s, not %r"
                                % (doc.get("_path", "?"), comp, scheme, doc.get("version_scheme")))
-        for key in sorted(k for k in doc if k not in ("schema_version", "component", "version_scheme",
-                                                        "entries", "_path")):
+        for key in sorted(k for k in doc if k not in DOC_KEYS):
             raise CatalogError("catalog file %s: unknown top-level key %r" % (doc.get("_path", "?"), key))
         doc_entries = doc.get("entries")
         if not isinstance(doc_entries, list) or not doc_entries:
