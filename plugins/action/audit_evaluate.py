@@ -25,6 +25,7 @@ class ActionModule(ActionBase):
         "driver_guard": {"type": "dict", "default": {}},
         "checkpoint": {"type": "dict", "default": {}},
         "cgroups": {"type": "dict", "default": {}},
+        "stack": {"type": "dict", "default": {}},
         "api": {"type": "dict", "default": {}},
         "errors": {"type": "dict", "default": {}},
         "pending_threshold": {"type": "int", "default": 300},
@@ -46,8 +47,8 @@ class ActionModule(ActionBase):
             audit = audit_eval.unreachable_audit(args["node"], args["unreachable"])
             result.update(changed=False, findings=[], ansible_facts={"kubegpu_audit": audit})
             return result
-        ctx = dict((k, args[k]) for k in ("nvidia", "kubelet", "driver_guard", "checkpoint", "cgroups", "api",
-                                          "errors"))
+        ctx = dict((k, args[k]) for k in ("nvidia", "kubelet", "driver_guard", "checkpoint", "cgroups", "stack",
+                                          "api", "errors"))
         catalog, catalog_error = audit_eval.load_evaluation_catalog()
         if catalog_error is not None:
             ctx["errors"] = dict(ctx["errors"], catalog_v2=catalog_error)

@@ -15,7 +15,11 @@ description:
     M(kubegpu.fleet.cgroup_devices) for one node, plus the node's API view from
     M(kubegpu.fleet.audit_cluster), into findings with a stable id, severity, evidence,
     remediation and references.
+  - Component versions are evaluated against the bundled catalog v2 (C(catalog/v2)) for the
+    C(security.*) and C(defect.*) findings.
   - Runs on the controller only (no connection, no round trip to the node).
+  - M(kubegpu.fleet.audit_node) runs the probes and this evaluation in one task; this module is
+    for probe results gathered by separate tasks.
   - Sets the fact C(kubegpu_audit) that M(kubegpu.fleet.audit_report) aggregates.
 options:
   node:
@@ -44,6 +48,11 @@ options:
     default: {}
   cgroups:
     description: Registered result of M(kubegpu.fleet.cgroup_devices).
+    type: dict
+    default: {}
+  stack:
+    description: C(ansible_facts.nvidia_stack) from M(kubegpu.fleet.stack_facts) (container toolkit, fabric
+      manager, NVSwitch and kernel module facts for the catalog findings).
     type: dict
     default: {}
   api:

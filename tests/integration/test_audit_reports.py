@@ -61,8 +61,6 @@ def run_audit(ansible, tmp_path, check=False, cluster_findings=None):
             {"name": "Reach the node", "ansible.builtin.ping": None, "register": "reach", "ignore_unreachable": True},
             {"name": "Evaluate", "kubegpu.fleet.audit_evaluate": {
                 "node": "{{ inventory_hostname }}",
-                # the catalog's driver advisories for these made-up versions are not what this test counts
-                "skip": ["security.driver"],
                 "unreachable": "{{ reach.msg if reach is unreachable else '' }}",
                 "nvidia": "{{ nv if inventory_hostname == 'gpu-bad' else {} }}",
                 "driver_guard": "{{ guard if inventory_hostname == 'gpu-bad' else {'verdict': 'ok'} }}"},

@@ -29,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROFILE_FILE = os.path.join(REPO, "lab", "profiles", "gpu-health.yml")
 PLAYBOOK = os.path.join(REPO, "playbooks", "audit.yml")
 ENV = {"ANSIBLE_PIPELINING": "1", "ANSIBLE_TIMEOUT": "30", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
-PROBE_TASK = "kubegpu.fleet.audit : Run the node probes in one module run"
+PROBE_TASK = "kubegpu.fleet.audit : Audit the node"
 HW_IDS = {"gpu.missing", "gpu.xid", "gpu.reset_required", "gpu.rma", "gpu.ecc_uncorrectable"}
 sys.path.insert(0, os.path.join(REPO, "lab"))
 sys.path.insert(0, os.path.join(REPO, "lab", "node", "lib"))

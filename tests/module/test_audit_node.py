@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import NAMES, REGISTRY, audit_argument_spec
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
 sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "kubelet"))
@@ -28,7 +30,7 @@ HARNESS_ENV = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json"}
 V = fakenvml.DEFAULT_VERSION
 POD_UID = "0f1c2d3e-4a5b-4c6d-8e9f-a0b1c2d3e4f5"
 GONE = "GPU-00000000-dead-beef-0000-000000000000"
-PROBES = ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+PROBES = NAMES
 # Registered-result keys that say how a task ran rather than what the module found.
 TASK_KEYS = ("invocation", "warnings", "deprecations", "skip_reason", "false_condition", "exception")
 
@@ -117,8 +119,6 @@ def _module_params(probe, play_vars, probes):
     """The parameters the registry gives ``probe`` for the audit_node run with the role
     variables ``play_vars`` (audit_node's defaults for the rest) and earlier results ``probes``
     (the internal catalog aside: the driver_guard task's own action plugin loads it)."""
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import audit_argument_spec
-
     audit_params = dict((k, o.get("default")) for k, o in audit_argument_spec().items())
     audit_params.update((ROLE_VARS[k], v) for k, v in play_vars.items() if k in ROLE_VARS)
     if audit_params.get("nvidia_proc_path") is None:
@@ -131,8 +131,6 @@ def _module_params(probe, play_vars, probes):
 def run_both(ansible, node, **extra_vars):
     """The audit role (one audit_node task), then the five single-probe modules with the
     registry's parameters and audit_evaluate on their results; return (five, single, seconds)."""
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import REGISTRY
-
     play_vars = dict(node.vars)
     play_vars.update(extra_vars)
     play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": [
@@ -172,18 +170,18 @@ def run_both(ansible, node, **extra_vars):
 
 
 def _evaluate_args(probes):
-    """audit_evaluate's options from the module tasks' registered results (t_<probe>), as the
-    evaluation input of the registry maps them (a failed probe: {} and its message in errors)."""
+    """audit_evaluate's options (named as the registry's ctx_key) from the module tasks'
+    registered results (t_<probe>), as the registry's evaluation input maps them (a failed
+    probe: {} and its message in errors)."""
     out = {}
-    for name, key, facts in (("gpu_facts", "nvidia", "nvidia"), ("kubelet_facts", "kubelet", "kubelet"),
-                             ("driver_guard", "driver_guard", None), ("checkpoint_sync", "checkpoint", None),
-                             ("cgroup_devices", "cgroups", None)):
+    for probe in REGISTRY:
+        name, key = probe.name, probe.ctx_key
         if probes[name].get("failed"):
             out[key] = {}
         elif probes[name].get("skipped"):
-            out[key] = probes[name]
-        elif facts:
-            out[key] = "{{ t_%s.ansible_facts.%s }}" % (name, facts)
+            out[key] = {} if probe.facts else probes[name]
+        elif probe.facts:
+            out[key] = "{{ t_%s.ansible_facts.%s }}" % (name, probe.facts)
         else:
             out[key] = "{{ t_%s }}" % name
     return out
@@ -288,7 +286,7 @@ def test_failing_probes_fail_alone(ansible, node, tmp_path):
     assert probes["gpu_facts"].get("failed") is not True
     # kubelet_facts failed, so the checkpoint is looked for at the kubelet's default path.
     assert probes["checkpoint_sync"].get("failed") is not True
-    assert single["node"]["ansible_facts"].keys() == {"nvidia", "kubegpu_audit"}
+    assert single["node"]["ansible_facts"].keys() == {"nvidia", "kubegpu_audit", "nvidia_stack"}
 
 
 def test_a_raising_probe_becomes_that_probes_error():
