@@ -34,6 +34,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import (
     evaluation_input,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import audit_eval
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import finish_stack_facts
 
 MODULE = "kubegpu.fleet.audit_node"
 
@@ -110,6 +111,11 @@ class ActionModule(ActionBase):
                 probes["driver_guard"] = {"changed": False, "failed": True, "msg": catalog_error}
                 failed = set(module_result.get("failed_probes") or []) | set(["driver_guard"])
                 module_result["failed_probes"] = [n for n in NAMES if n in failed]
+            # Controller-side completion of a probe's facts: stack_facts returns config.toml as
+            # text (nodes may lack a TOML parser); parse it here as its own action plugin does.
+            stack = ((probes.get("stack_facts") or {}).get("ansible_facts") or {}).get("nvidia_stack")
+            if isinstance(stack, dict):
+                module_result.setdefault("warnings", []).extend(finish_stack_facts(stack)[1])
             for probe in REGISTRY:
                 res = probes.get(probe.name) or {}
                 if probe.facts and not res.get("failed") and probe.facts in (res.get("ansible_facts") or {}):

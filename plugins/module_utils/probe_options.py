@@ -89,6 +89,16 @@ CGROUP_DEVICES = dict(
     process_evidence=dict(type="bool", default=True),
 )
 
+STACK_FACTS = dict(
+    root=dict(type="path", default="/"),
+    sys_path=dict(type="path", default="/sys"),
+    dev_path=dict(type="path", default="/dev"),
+    proc_path=dict(type="path", default="/proc"),
+    fabric_manager_unit=dict(type="str", default="nvidia-fabricmanager.service"),
+    service_state=dict(type="bool", default=True),
+    command_timeout=dict(type="float", default=30.0),
+)
+
 
 def spec(options, **extra):
     """A deep copy of ``options`` (plus ``extra`` options) for AnsibleModule."""

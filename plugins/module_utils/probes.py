@@ -194,6 +194,16 @@ def _skip_cgroup_devices(results):
     return reason
 
 
+# --------------------------------------------------------------------------- stack_facts
+
+
+def _run_stack_facts(params, host):
+    # config.toml comes back as text: the audit_node action parses it on the controller
+    # (plugin_utils/toolkit_config.finish_stack_facts), as the stack_facts action does.
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.nvidia_stack import stack_facts_run
+    return stack_facts_run(params, host.get_bin_path, host.warn)
+
+
 # --------------------------------------------------------------------------- the registry
 
 REGISTRY = (
@@ -213,6 +223,8 @@ REGISTRY = (
           audit_options={"nvidia_proc_path": "proc_path", "dev_path": "dev_path", "cgroup_root": "cgroup_root",
                          "cgroup_mode": "mode"},
           skip=_skip_cgroup_devices),
+    Probe("stack_facts", probe_options.STACK_FACTS, _run_stack_facts, ctx_key="stack", facts="nvidia_stack",
+          audit_options={"nvidia_proc_path": "proc_path", "dev_path": "dev_path", "sys_path": "sys_path"}),
 )
 
 NAMES = tuple(p.name for p in REGISTRY)

@@ -16,7 +16,7 @@ description:
     (C(plugins/module_utils/probes.py)) - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
     M(kubegpu.fleet.driver_guard) (O(kubegpu.fleet.driver_guard#module:state=audit)),
     M(kubegpu.fleet.checkpoint_sync) (O(kubegpu.fleet.checkpoint_sync#module:state=checked))
-    and M(kubegpu.fleet.cgroup_devices) - with the same code and option defaults those modules use,
+    M(kubegpu.fleet.cgroup_devices) and M(kubegpu.fleet.stack_facts) - with the same code and option defaults those modules use,
     and returns each probe's result under RV(probes) exactly as the module's task would have returned it.
   - Then, in the same task and on the controller, evaluates the findings as M(kubegpu.fleet.audit_evaluate)
     does (with the node's API view in O(api) and the bundled catalog v2) and sets the fact
@@ -234,6 +234,13 @@ probes:
       returned: always
     cgroup_devices:
       description: Result of M(kubegpu.fleet.cgroup_devices), or skipped when no NVIDIA driver is present.
+      type: dict
+      returned: always
+    stack_facts:
+      description:
+        - Result of M(kubegpu.fleet.stack_facts) (container toolkit, fabric manager, NVSwitches, kernel
+          module flavour), its config.toml parsed on the controller as that module's action does.
+        - Reads packages and config under C(/); C(sys_path), C(dev_path) and C(nvidia_proc_path) are passed on.
       type: dict
       returned: always
   sample:

@@ -188,21 +188,14 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
 from ansible_collections.kubegpu.fleet.plugins.module_utils.nvidia_stack import stack_facts_run
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", default="/"),
-            sys_path=dict(type="path", default="/sys"),
-            dev_path=dict(type="path", default="/dev"),
-            proc_path=dict(type="path", default="/proc"),
-            fabric_manager_unit=dict(type="str", default="nvidia-fabricmanager.service"),
-            service_state=dict(type="bool", default=True),
-            command_timeout=dict(type="float", default=30.0),
-        ),
+        argument_spec=probe_options.spec(probe_options.STACK_FACTS),
         supports_check_mode=True,
     )
     try:

@@ -22,7 +22,8 @@ def gpu(**nvidia):
 
 
 def test_registry_order_and_names():
-    assert probes.NAMES == ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices")
+    assert probes.NAMES == ("gpu_facts", "kubelet_facts", "driver_guard", "checkpoint_sync", "cgroup_devices",
+                            "stack_facts")
     assert len(set(p.ctx_key for p in probes.REGISTRY)) == len(probes.REGISTRY)
 
 
@@ -198,11 +199,13 @@ def test_evaluation_input_maps_each_probe():
         "driver_guard": {"changed": False, "verdict": "ok"},
         "checkpoint_sync": {"changed": False, "skipped": True, "skip_reason": "r"},
         "cgroup_devices": {"changed": False, "failed": True},
+        "stack_facts": {"changed": False, "ansible_facts": {"nvidia_stack": {"kernel_modules": "open"}}},
     }
     ctx, errors = probes.evaluation_input(results)
     assert ctx == {"nvidia": {"present": True, "driver_version": "570.1"}, "kubelet": {},
                    "driver_guard": {"changed": False, "verdict": "ok"},
-                   "checkpoint": {"changed": False, "skipped": True, "skip_reason": "r"}, "cgroups": {}}
+                   "checkpoint": {"changed": False, "skipped": True, "skip_reason": "r"}, "cgroups": {},
+                   "stack": {"kernel_modules": "open"}}
     assert errors == {"kubelet_facts": "proc_path '/x' is not a directory", "cgroup_devices": "failed"}
 
 
