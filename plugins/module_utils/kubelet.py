@@ -795,32 +795,56 @@ def _nested_too_deep():
                             % MAX_DEPTH)
 
 
+YAML_LOADERS = []  # the refusing loaders, fastest first
 if HAS_YAML:
-    class _ConfigLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
-        """PyYAML's safe loader, refusing anchors, aliases and deep nesting while it composes
-        (before anything is built or expanded), and keeping YAML 1.1 timestamps as the
-        strings the kubelet's Go decoder sees."""
+    try:
+        from yaml._yaml import CParser as _LibyamlParser  # libyaml's scanner and parser
+    except ImportError:  # PyYAML built without libyaml
+        _LibyamlParser = None
+
+    class _RefusingComposer(yaml.composer.Composer):
+        """Composes PyYAML's node graph, refusing anchors, aliases and deep nesting at their
+        event (before anything is built or expanded); YAML 1.1 timestamps stay the strings the
+        kubelet's Go decoder sees."""
 
         yaml_implicit_resolvers = dict(
             (first, [(tag, regexp) for tag, regexp in resolvers
                      if tag != "tag:yaml.org,2002:timestamp"])
-            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items())
+            for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items())
+        _kubegpu_depth = 0
 
         def compose_node(self, parent, index):
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise ConfigParseError(ANCHORS_REFUSED, event.start_mark.line + 1)
-            depth = getattr(self, "_kubegpu_depth", 0) + 1
+            depth = self._kubegpu_depth + 1
             if depth > MAX_DEPTH:
                 raise _nested_too_deep()
             self._kubegpu_depth = depth
             try:
-                return super(_ConfigLoader, self).compose_node(parent, index)
+                return super(_RefusingComposer, self).compose_node(parent, index)
             finally:
                 self._kubegpu_depth = depth - 1
 
+    class _PureLoader(_RefusingComposer, yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+        """PyYAML's pure-Python safe loader with the refusals."""
+
+    YAML_LOADERS.append(_PureLoader)
+    if _LibyamlParser is not None:
+        class _LibyamlLoader(_RefusingComposer, _LibyamlParser, yaml.constructor.SafeConstructor,
+                             yaml.resolver.Resolver):
+            """libyaml's events (5 times faster) composed in Python with the refusals."""
+
+            def __init__(self, stream):  # pylint: disable=super-init-not-called
+                _LibyamlParser.__init__(self, stream)
+                _RefusingComposer.__init__(self)
+                yaml.constructor.SafeConstructor.__init__(self)
+                yaml.resolver.Resolver.__init__(self)
+
+        YAML_LOADERS.insert(0, _LibyamlLoader)
+
     class _ConfigDumper(yaml.SafeDumper):  # pylint: disable=too-many-ancestors
-        """Block style, key order kept, sequences indented under their key as kubeadm writes."""
+        """Block style, key order kept, sequences indented under their key."""
 
         def increase_indent(self, flow=False, indentless=False):
             return super(_ConfigDumper, self).increase_indent(flow, False)
@@ -842,8 +866,8 @@ def check_depth(data, limit=MAX_DEPTH):
         if isinstance(value, (dict, list)):
             if depth > limit:
                 raise _nested_too_deep()
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict)
-                                                   else value))
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
 
 
 def _plain(data):
@@ -862,10 +886,11 @@ def _plain(data):
     return data
 
 
-def load_config_text(text):
+def load_config_text(text, loader_class=None):
     """Parse a kubelet config file's text; return ``(data, parser)``, parser ``json`` (text
     that starts with ``{`` and is JSON) or ``pyyaml``. Raises ConfigParseError, nothing else,
-    when the text does not parse (and when PyYAML is missing and the text is not JSON)."""
+    when the text does not parse (and when PyYAML is missing and the text is not JSON).
+    ``loader_class``: one of ``YAML_LOADERS`` (default: the first, libyaml when built in)."""
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
@@ -878,12 +903,12 @@ def load_config_text(text):
             return data, "json"
     if not HAS_YAML:
         raise ConfigParseError("PyYAML is not installed on this node. " + YAML_INSTALL_HINT)
-    loader = _ConfigLoader(text)
+    loader = (loader_class or YAML_LOADERS[0])(text)
     try:
         return _plain(loader.get_single_data()), "pyyaml"
     except yaml.YAMLError as e:
-        raise ConfigParseError(" ".join(str(e).replace('in "<unicode string>", line',
-                                                       "at line").split()))
+        message = str(e).replace('in "<unicode string>", line', "at line")
+        raise ConfigParseError(" ".join(message.split()))
     except RecursionError:
         raise _nested_too_deep()
     except (ValueError, TypeError, OverflowError) as e:
