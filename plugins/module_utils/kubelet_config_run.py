@@ -372,4 +372,3 @@ def run_kubelet_config(module):
         module.fail_json(msg="%s%s" % (e, "; already written: %s" % ", ".join(written)
                                        if written else "; nothing was changed"), **result)
     module.exit_json(**result)
-
