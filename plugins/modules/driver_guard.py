@@ -453,7 +453,7 @@ pins:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
+from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins, probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import VERDICT_KNOWN_BAD
@@ -469,16 +469,10 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import P
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type="str", default="audit", choices=["audit", "enforce", "pinned"]),
-            driver_version=dict(type="str"),
-            kernel_module_version=dict(type="str"),
-            mig_mixed=dict(type="bool"),
-            mig_enabled=dict(type="bool"),
-            toolkit_version=dict(type="str"),
-            gpu_names=dict(type="list", elements="str"),
-            catalog_extra=dict(type="raw"),
-            skip_entries=dict(type="list", elements="str", default=[]),
+        # the audit's probe registry uses the same options (module_utils/probes.py); the
+        # pinning options are driver_guard's own
+        argument_spec=probe_options.spec(
+            probe_options.DRIVER_GUARD,
             pin_scope=dict(type="str", default="all", choices=["all", "branch"]),
             pin_packages=dict(type="list", elements="str",
                               default=list(driver_pins.DEFAULT_PIN_PACKAGES)),
@@ -487,14 +481,6 @@ def main():
                                       default="/etc/apt/preferences.d/kubegpu-fleet-nvidia-known-bad.pref"),
             dnf_conf_path=dict(type="path", default="/etc/dnf/dnf.conf"),
             validate_pins=dict(type="bool", default=True),
-            package_root=dict(type="path", default="/"),
-            proc_path=dict(type="path", default="/proc"),
-            dev_path=dict(type="path", default="/dev"),
-            driver_root=dict(type="path", default="/"),
-            backend=dict(type="str", default="auto", choices=["auto", "nvml", "nvidia_smi"]),
-            timeout=dict(type="float", default=10.0),
-            command_timeout=dict(type="float", default=120.0),
-            _catalog=dict(type="raw"),
         ),
         supports_check_mode=True,
     )

@@ -412,6 +412,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import require_yaml
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
@@ -419,16 +420,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import P
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            proc_path=dict(type="path", default="/proc"),
-            config_path=dict(type="path"),
-            scan_journal=dict(type="bool", default=True),
-            journal_unit=dict(type="str", default="kubelet"),
-            journal_since=dict(type="str", default="-2h"),
-            kubelet_package=dict(type="str", default="kubelet"),
-            node_version=dict(type="str"),
-            timeout=dict(type="float", default=30.0),
-        ),
+        # the audit's probe registry uses the same options (module_utils/probes.py)
+        argument_spec=probe_options.spec(probe_options.KUBELET_FACTS),
         supports_check_mode=True,
     )
     require_yaml(module, "to read the KubeletConfiguration and its drop-ins")
