@@ -18,7 +18,7 @@ def _allowed_entries(collector):
     allowed = {os.path.dirname(path), os.path.realpath(os.path.dirname(path))}
     root = os.environ.get("ANSIBLE_COLLECTIONS_PATH")
     if root and "ansible_collections" in __name__:
-        allowed.add(root)
+        allowed.update((root, os.path.normpath(root), os.path.realpath(root)))
     return allowed
 
 
