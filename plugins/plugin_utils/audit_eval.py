@@ -15,7 +15,6 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, d
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import FINDINGS, evaluate_node
 
 
-
 def check_evaluation_options(args):
     """The message for the first bad evaluation option, None when all are good."""
     if args.get("pending_threshold") is not None and args["pending_threshold"] < 0:
