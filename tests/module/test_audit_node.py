@@ -322,3 +322,30 @@ def test_check_mode_is_the_same(ansible, node):
     assert out["changed"] is False and out["failed_probes"] == []
     assert out["probes"]["checkpoint_sync"]["stale"] is False
     assert time.time() - started < 120
+
+
+def test_a_node_without_python_is_audited_with_every_probe_in_error(ansible, tmp_path):
+    """The module cannot run at all (no Python at the interpreter path): the task still succeeds,
+    each probe without a skip rule is an error, the others are skipped, and the node is recorded
+    as audited with audit.module_failed findings - never dropped."""
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "vars": {"ansible_python_interpreter": str(tmp_path / "no-python")}, "tasks": [
+                 {"name": "audit", "kubegpu.fleet.audit_node": {"node": "gpu-x"}, "register": "out"},
+                 {"name": "dump", "ansible.builtin.debug": {"msg": {"out": "{{ out }}", "audit": "{{ kubegpu_audit }}"}}}]}]
+    res = ansible.playbook(play)
+    assert res.rc == 0, res.stdout[-3000:]
+    out, audit = res.task("dump")["msg"]["out"], res.task("dump")["msg"]["audit"]
+    assert out["failed_probes"] == ["gpu_facts", "kubelet_facts", "driver_guard"] + [
+        p.name for p in REGISTRY[5:] if p.skip({}) is None]
+    assert out["probes"]["checkpoint_sync"]["skipped"] and out["probes"]["cgroup_devices"]["skipped"]
+    assert audit["node"] == "gpu-x" and audit["status"] == "audited"
+    failed = sorted(f["evidence"]["probe"] for f in audit["findings"] if f["id"] == "audit.module_failed")
+    assert failed == sorted(out["failed_probes"])
+    assert any("audit_node failed" in w for w in res.task("audit").get("warnings", []))
+
+
+def test_bad_evaluation_options_fail_before_the_node(ansible):
+    out = ansible.module("audit_node", {"node": "n", "skip": ["no.such"]})
+    assert out["_rc"] != 0 and "unknown finding id(s) in skip: no.such" in out["msg"] and "probes" not in out
+    out = ansible.module("audit_node", {"memory_min_fraction": "nan"})
+    assert out["_rc"] != 0 and "memory_min_fraction must be a finite number" in out["msg"]
