@@ -23,7 +23,7 @@ description:
     them untouched.
   - Before a change the file is copied byte for byte to C(<path>.<timestamp>.bak) (mode 0600);
     the new content is written to a temp file and renamed over the file (atomic).
-  - Nothing is restarted; the caller restarts the container runtime when RV(changed) is true
+  - Nothing is restarted; the caller restarts the container runtime when the task reports a change
     (new containers read the file when they start).
 author:
   - kubegpu.fleet maintainers (@kubegpu)
@@ -45,8 +45,8 @@ options:
     default: /etc/nvidia-container-runtime/config.toml
   settings:
     description:
-      - Keys to set, C(table.key) -> value (boolean, integer or string), for instance
-        C({"features.disable-cuda-compat-lib-hook": true}).
+      - 'Keys to set, C(table.key) -> value (boolean, integer or string), for instance
+        C({"features.disable-cuda-compat-lib-hook": true}).'
     type: dict
     required: true
   backup:

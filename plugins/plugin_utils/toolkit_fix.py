@@ -51,7 +51,7 @@ class FixError(ValueError):
 
 def _semver(text, what):
     try:
-        return SemVer(str(text).lstrip("v").split("-")[0] if text is not None else "")
+        return SemVer(str(text).lstrip("v").split("-", maxsplit=1)[0] if text is not None else "")
     except ValueError:
         raise FixError("%s %r is not a toolkit version (1.17.8)" % (what, text))
 
