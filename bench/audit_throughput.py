@@ -280,7 +280,7 @@ def summary(r):
         "%.2fx less controller CPU" % (r["settings"]["recommended"]["forks"], r["ratios"]["speedup_wall"],
                                        g["speedup_wall"]["goal"], "met" if g["speedup_wall"]["met"] else "NOT met",
                                        r["ratios"]["baseline_cpu_vs_audit"]),
-        "controller CPU per node %.2f s (goal <= %.1f s: %s)" % (a["cpu_per_node_s"], g["cpu_per_node_s"]["goal"],
+        "controller CPU per node %.2f s (goal <= %.2f s: %s)" % (a["cpu_per_node_s"], g["cpu_per_node_s"]["goal"],
                                                                  "met" if g["cpu_per_node_s"]["met"] else "NOT met"),
         "with ansible-core defaults (forks 5, no pipelining): audit %.2fx faster than baseline"
         % r["ansible_defaults"]["speedup_wall"],
@@ -331,7 +331,7 @@ def render(r):
             "machine it shares the controller's cores, so wall time follows controller + node CPU."
             % (r.get("lab_idle_cpu_per_s") or 0.0)]
     g = r["goals"]
-    out += ["", "Goals: audit >= %.0fx faster than the baseline: **%.2fx (%s)**; controller CPU <= %.1f s per "
+    out += ["", "Goals: audit >= %.0fx faster than the baseline: **%.2fx (%s)**; controller CPU <= %.2f s per "
             "node: **%.2f s (%s)**. Same settings, audit vs baseline with ansible-core defaults: %.2fx."
             % (g["speedup_wall"]["goal"], g["speedup_wall"]["value"], "met" if g["speedup_wall"]["met"] else
                "not met", g["cpu_per_node_s"]["goal"], g["cpu_per_node_s"]["value"],
