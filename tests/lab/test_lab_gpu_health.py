@@ -183,7 +183,7 @@ def test_each_hardware_finding_on_the_fault_node(audit):
     assert gpu_bus_ids(found["gpu.ecc_uncorrectable"]) == {GPU0, GPU1}, text["gpu.ecc_uncorrectable"]
     assert found["gpu.ecc_uncorrectable"]["severity"] == "warning", text["gpu.ecc_uncorrectable"]
     # the Xids came from the lab's kernel log file: the journal held none
-    xid = find_key(res.task(PROBE_TASK, host="hw-fault"), "xid")
+    xid = find_key(res.task(PROBE_TASK, host="hw-fault")["probes"]["gpu_facts"], "xid")
     assert xid and xid["source"] == "kmsg", xid
     assert [a["source"] for a in xid["attempts"]] == ["journal"], xid["attempts"]
 
@@ -192,9 +192,9 @@ def test_no_hardware_finding_on_the_control_node(audit):
     res, report = audit
     found = node_findings(report, "hw-control")
     assert not HW_IDS & set(found), {k: found[k] for k in HW_IDS & set(found)}
-    xid = find_key(res.task(PROBE_TASK, host="hw-control"), "xid")
+    xid = find_key(res.task(PROBE_TASK, host="hw-control")["probes"]["gpu_facts"], "xid")
     assert xid and xid["source"] == "kmsg" and xid["events"] == 0, xid
-    presence = find_key(res.task(PROBE_TASK, host="hw-control"), "presence")
+    presence = find_key(res.task(PROBE_TASK, host="hw-control")["probes"]["gpu_facts"], "presence")
     assert presence and presence.get("compared") is True and not presence.get("missing"), presence
 
 
@@ -212,6 +212,6 @@ def test_a_reboot_applies_the_pending_remap_and_leaves_the_hardware_faults(lab, 
     assert GPU2 in json.dumps(found["gpu.missing"]), found.get("gpu.missing")
     # only aggregate counts are left (GPU 0's 1 and GPU 1's 3): info, not warning
     assert found["gpu.ecc_uncorrectable"]["severity"] == "info", found["gpu.ecc_uncorrectable"]
-    xid = find_key(res.task(PROBE_TASK, host="hw-fault"), "xid")
+    xid = find_key(res.task(PROBE_TASK, host="hw-fault")["probes"]["gpu_facts"], "xid")
     assert xid["source"] == "kmsg" and xid["events"] == 0, xid
     assert not HW_IDS & set(node_findings(after, "hw-control"))
