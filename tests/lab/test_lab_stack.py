@@ -168,3 +168,44 @@ def test_cve_2024_0132_legacy_yes_cdi_not_applicable(facts):
     result = catalog_v2.evaluate(catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2")), "container-toolkit",
                                  "1.14.6", findings_stack.condition_facts({"stack": facts["stack-cdi"][1]}))
     assert "ctk-cve-2024-0132" in [n["id"] for n in result["not_applicable"]]
+
+
+# ---------------------------------------------------------------- through the audit (one task per node)
+
+@pytest.fixture(scope="module")
+def audit_report(lab, tmp_path_factory):
+    """playbooks/audit.yml over both nodes: the stack_facts probe runs inside audit_node, its
+    config.toml is parsed by audit_node's action, the catalog rules run there."""
+    import json
+    from lib.ansible_runner import AnsibleRunner, ensure_collection_tree  # tests/ is on sys.path
+    workdir = str(tmp_path_factory.mktemp("stackaudit"))
+    runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), workdir)
+    report_dir = os.path.join(workdir, "report")
+    res = runner.playbook(os.path.join(REPO, "playbooks", "audit.yml"), inventory=lab.inventory,
+                          env=dict(ENV, TMPDIR=workdir), timeout=900,
+                          extra_vars={"kubegpu_audit_report_dir": report_dir, "kubegpu_audit_formats": ["json"],
+                                      "kubegpu_audit_fail_on": "never"})
+    assert res.rc == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        report = json.load(f)
+    out = {}
+    for n in report["nodes"]:
+        assert n["status"] == "audited", n
+        out[n["name"]] = dict((f["id"], f) for f in n["findings"])
+        # every probe that could not run (audit.module_failed, one per probe)
+        out[n["name"]]["failed_probes"] = [f["evidence"].get("probe") for f in n["findings"]
+                                           if f["id"] == "audit.module_failed"]
+        print("%s: failed probes %s" % (n["name"], [(f["evidence"].get("probe"), f["evidence"].get("error"))
+                                                     for f in n["findings"] if f["id"] == "audit.module_failed"]))
+    return out
+
+
+def test_audit_reports_the_stack_findings(audit_report):
+    legacy, cdi = audit_report["stack-legacy"], audit_report["stack-cdi"]
+    assert legacy["fabricmanager.version_mismatch"]["evidence"]["fabric_manager_version"] == "570.158.01"
+    assert "fabricmanager.version_mismatch" not in cdi, sorted(cdi)
+    legacy_ids = set(a["id"] for a in legacy["security.container-toolkit"]["evidence"]["advisories"])
+    cdi_ids = set(a["id"] for a in cdi["security.container-toolkit"]["evidence"]["advisories"])
+    assert "ctk-cve-2024-0132" in legacy_ids and "ctk-cve-2024-0132" not in cdi_ids, (legacy_ids, cdi_ids)
+    assert "security.driver" in legacy and "security.driver" in cdi
+    assert "stack_facts" not in legacy["failed_probes"] + cdi["failed_probes"]
