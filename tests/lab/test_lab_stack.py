@@ -195,8 +195,9 @@ def audit_report(lab, tmp_path_factory):
         # every probe that could not run (audit.module_failed, one per probe)
         out[n["name"]]["failed_probes"] = [f["evidence"].get("probe") for f in n["findings"]
                                            if f["id"] == "audit.module_failed"]
-        print("%s: failed probes %s" % (n["name"], [(f["evidence"].get("probe"), f["evidence"].get("error"))
-                                                     for f in n["findings"] if f["id"] == "audit.module_failed"]))
+        errors = [(f["evidence"].get("probe"), f["evidence"].get("error")) for f in n["findings"]
+                  if f["id"] == "audit.module_failed"]
+        print("%s: failed probes %s" % (n["name"], errors))
     return out
 
 
