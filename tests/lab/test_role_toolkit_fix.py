@@ -39,7 +39,7 @@ def plan(target=None, mitigations=None, version="1.14.3"):
 def run(ansible, lab, host, fix, upgrade, check=False, diff=False):
     play = [{"hosts": host, "gather_facts": False, "tasks": [
         {"name": "toolkit fix", "ansible.builtin.include_role": {"name": "kubegpu.fleet.device_plugin",
-                                                                  "tasks_from": "toolkit_fix"},
+                                                                 "tasks_from": "toolkit_fix"},
          "vars": {"kubegpu_toolkit_fix": fix, "kubegpu_toolkit_upgrade": upgrade,
                   "kubegpu_toolkit_runtime_service": "kubelet.service"}}]}]
     return ansible.playbook(play, inventory=lab.inventory, check=check, diff=diff, timeout=600)

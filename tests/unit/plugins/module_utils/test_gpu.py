@@ -6,7 +6,6 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest

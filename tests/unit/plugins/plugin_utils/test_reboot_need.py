@@ -3,7 +3,8 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need as rn
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.boot_layouts import DEBIAN_12, DEBIAN_12_LINKS_IN_BOOT, RESCUE, ROCKY_9, UBUNTU_2204, UBUNTU_2404
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.boot_layouts import (
+    DEBIAN_12, DEBIAN_12_LINKS_IN_BOOT, RESCUE, ROCKY_9, UBUNTU_2204, UBUNTU_2404)
 
 
 def names(layout):
