@@ -7,8 +7,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import kubelet_config as kc
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import config as kc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     gke_reserved_memory_bytes,
     load_config_text,
     merge_patch,
@@ -25,7 +25,7 @@ def test_settings_merge_keeps_order_merges_removes_and_appends():
     base = {"a": 1, "kubeReserved": {"cpu": "1", "ephemeral-storage": "1Gi"}, "b": [1, 2],
             "gone": True, "z": {"x": 1}}
     out = merge_patch(base, {"kubeReserved": {"memory": "5Gi"}, "b": [3], "gone": None,
-                              "new": {"k": 1, "n": None}, "missing": None})
+                             "new": {"k": 1, "n": None}, "missing": None})
     assert list(out) == ["a", "kubeReserved", "b", "z", "new"]
     assert list(out["kubeReserved"]) == ["cpu", "ephemeral-storage", "memory"]
     assert out["b"] == [3] and out["new"] == {"k": 1}
