@@ -7,7 +7,7 @@
    together with the task's ``catalog_extra`` and passes the driver defects to the module in ``_catalog``. A
    bad catalog fails only the driver_guard probe (as it fails only the driver_guard task when
    the probes run as separate tasks); the other probes still run on the node.
-2. It runs the module (every probe of the registry, module_utils/probes.py, in one round trip)
+2. It runs the module (every probe of the registry, module_utils/audit/probes.py, in one round trip)
    and sets the ``nvidia`` and ``kubelet`` facts from the probes that succeeded.
 3. It evaluates the findings here, on the controller (plugin_utils/findings.py, with the
    catalog v2 - read once per process, plugin_utils/driver_catalog_ctl.py - and the node's API
@@ -27,7 +27,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
-from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import (
     EVALUATION_OPTIONS,
     NAMES,
     REGISTRY,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action

@@ -9,7 +9,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
 
 DECISIONS = ("start", "drain", "validation", "uncordon", "failure")

@@ -10,7 +10,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import UnsafeInput, check_timeout
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
 
 

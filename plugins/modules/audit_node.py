@@ -13,7 +13,7 @@ short_description: Audit a GPU node - every node probe in one module run, findin
 version_added: 0.2.0
 description:
   - Runs, in one Python process on the node, the probes of the audit's probe registry
-    (C(plugins/module_utils/probes.py)) - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
+    (C(plugins/module_utils/audit/probes.py)) - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
     M(kubegpu.fleet.driver_guard) (O(kubegpu.fleet.driver_guard#module:state=audit)),
     M(kubegpu.fleet.checkpoint_sync) (O(kubegpu.fleet.checkpoint_sync#module:state=checked))
     M(kubegpu.fleet.cgroup_devices) and M(kubegpu.fleet.stack_facts) - with the same code and option defaults those modules use,
@@ -160,7 +160,7 @@ attributes:
 notes:
   - The C(kubegpu.fleet.audit) role uses this module (one task per node).
   - The journal scan of kubelet_facts and every other option of the five modules keep their
-    module defaults (C(plugins/module_utils/probe_options.py)).
+    module defaults (C(plugins/module_utils/audit/probe_options.py)).
   - To run the probes as separate tasks, chain the five modules as the registry does and pass
     their results to M(kubegpu.fleet.audit_evaluate).
 seealso:
@@ -285,9 +285,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
-from ansible_collections.kubegpu.fleet.plugins.module_utils.probes import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import (
     EVALUATION_OPTIONS,
     NAMES,
     audit_argument_spec,
@@ -325,7 +325,7 @@ def _run_probe(name, func, warn):
 
 
 def run_probes(module):
-    """Run the registered probes (module_utils/probes.py) in order; return (probes, elapsed)."""
+    """Run the registered probes (module_utils/audit/probes.py) in order; return (probes, elapsed)."""
     params = dict((k, v) for k, v in module.params.items() if k not in EVALUATION_OPTIONS)
     return run_all(params, module, lambda name, func: _run_probe(name, func, module.warn), time.time)
 

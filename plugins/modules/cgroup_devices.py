@@ -277,14 +277,14 @@ host_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices_run import cgroup_devices_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_run import cgroup_devices_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        # the audit's probe registry uses the same options (module_utils/probes.py)
+        # the audit's probe registry uses the same options (module_utils/audit/probes.py)
         argument_spec=probe_options.spec(probe_options.CGROUP_DEVICES),
         supports_check_mode=True,
     )

@@ -224,15 +224,16 @@ kubelet_restarted:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options, safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync import (
     CheckpointError,
     backup_and_remove,
     describe,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint_run import checkpoint_inspect
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file, unsafe_target
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync_run import checkpoint_inspect
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import backup_file, unsafe_target
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 _DIFF_RAW_LIMIT = 4096
 
@@ -300,7 +301,7 @@ def _remove(module, result, data, before, reason):
 
 def main():
     module = AnsibleModule(
-        # the audit's probe registry uses the same options (module_utils/probes.py)
+        # the audit's probe registry uses the same options (module_utils/audit/probes.py)
         argument_spec=probe_options.spec(probe_options.CHECKPOINT_SYNC),
         supports_check_mode=True,
     )

@@ -453,23 +453,24 @@ pins:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins, probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import VERDICT_KNOWN_BAD
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as driver_pins
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import bounded_runner
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import VERDICT_KNOWN_BAD
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.guard_run import (
     DRIVER_GUARD_ENVIRON,
     PinError,
     driver_guard_evaluate,
     driver_guard_pinned,
     enforce_message,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        # the audit's probe registry uses the same options (module_utils/probes.py); the
+        # the audit's probe registry uses the same options (module_utils/audit/probes.py); the
         # pinning options are driver_guard's own
         argument_spec=probe_options.spec(
             probe_options.DRIVER_GUARD,

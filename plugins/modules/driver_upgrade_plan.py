@@ -280,19 +280,19 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_upgrade as du
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import upgrade as du
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
     bounded_runner,
     list_packages,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
     parse_nvidia_version,
     proc_file,
     read_text,
     read_text_reason,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
 
 def _run(module, run, args, what, ok=(0,)):

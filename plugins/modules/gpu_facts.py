@@ -372,14 +372,14 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts_run import gpu_facts_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        # the audit's probe registry uses the same options (module_utils/probes.py)
+        # the audit's probe registry uses the same options (module_utils/audit/probes.py)
         argument_spec=probe_options.spec(probe_options.GPU_FACTS),
         supports_check_mode=True,
     )

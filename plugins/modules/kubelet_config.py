@@ -332,7 +332,7 @@ memory_reservation:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_config_run import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_run import (
     run_kubelet_config,
 )
 

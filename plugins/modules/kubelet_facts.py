@@ -412,15 +412,15 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import require_yaml
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import require_yaml
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts_run import kubelet_facts_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def main():
     module = AnsibleModule(
-        # the audit's probe registry uses the same options (module_utils/probes.py)
+        # the audit's probe registry uses the same options (module_utils/audit/probes.py)
         argument_spec=probe_options.spec(probe_options.KUBELET_FACTS),
         supports_check_mode=True,
     )

@@ -188,9 +188,9 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
-from ansible_collections.kubegpu.fleet.plugins.module_utils.nvidia_stack import stack_facts_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.facts import stack_facts_run
 
 
 def main():

@@ -88,8 +88,9 @@ backup_file:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import fileutil, safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.toml_edit import TomlEditError, render, set_key
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.toml_edit import TomlEditError, render, set_key
 
 LIMIT = 1 << 20
 

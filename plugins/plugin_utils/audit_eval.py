@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import CatalogError as DriverCatalogError
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import CatalogError as DriverCatalogError
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, driver_catalog_ctl
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import FINDINGS, evaluate_node
 

@@ -5,7 +5,7 @@
 
 The catalog lives in ``catalog/v2/<component>.yml`` (format: ``catalog/README.md``, structure:
 ``catalog/schema/catalog-v2.schema.json``). Validation and evaluation (ordering, never
-membership in a list) live in ``plugins/module_utils/catalog_v2_core.py`` so that the node
+membership in a list) live in ``plugins/module_utils/driver/catalog_core.py`` so that the node
 (``kubegpu.fleet.driver_guard``) evaluates with the very same code; this module re-exports that
 API (``evaluate``, ``evaluate_many``, ``validate_catalog``, ``validate_entry``,
 ``normalize_version_text``, ``parse_version``, ``CONDITIONS``, ``COMPONENT_SCHEMES``, ...) and
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog_v2_core import (  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog_core import (  # noqa: F401  pylint: disable=unused-import
     COMPONENT_SCHEMES,
     CONDITIONS,
     SCHEMA_VERSION,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DevicePluginVersion
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"

@@ -24,7 +24,7 @@ import os
 
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
     COMPONENT,
     KIND,
     CatalogError as DriverCatalogError,

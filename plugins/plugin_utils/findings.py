@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import compare_gpus
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DevicePluginVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DevicePluginVersion
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
 
 GH = "https://github.com/"

@@ -24,7 +24,7 @@ A broken, non-UTF-8 or too large file is a warning and ``config: null``, never a
 """
 from __future__ import annotations
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import SemVer
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
 
 try:
     import tomllib as _toml

@@ -34,7 +34,7 @@ Mitigations, from NVIDIA's bulletins and the toolkit's source:
 """
 from __future__ import annotations
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import SemVer
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
 
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
                     "libnvidia-container1")

@@ -28,7 +28,7 @@ from kubegpu_lab import profiles  # noqa: E402  pylint: disable=wrong-import-pos
 from kubegpu_lab.util import LabError  # noqa: E402  pylint: disable=wrong-import-position
 from kubegpu_lab_node import hw  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import nvidia_stack  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts as nvidia_stack  # noqa: E402
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, findings_stack  # noqa: E402
 
 NVSWITCHES = ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]

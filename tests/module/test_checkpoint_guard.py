@@ -176,9 +176,10 @@ def guard(installed, tmp_path):
 
 def test_role_installs_verbatim_logic_and_an_ordered_bounded_unit(installed):
     lay = installed
-    for name in ("checkpoint.py", "fileutil.py"):
+    for name, source in (("checkpoint.py", ("checkpoint", "sync.py")),
+                         ("fileutil.py", ("_common", "fileutil.py"))):
         with open(os.path.join(lay.install, name), "rb") as a, \
-                open(os.path.join(REPO, "plugins", "module_utils", name), "rb") as b:
+                open(os.path.join(REPO, "plugins", "module_utils", *source), "rb") as b:
             assert a.read() == b.read()
         assert stat.S_IMODE(os.stat(os.path.join(lay.install, name)).st_mode) == 0o644
     script = os.path.join(lay.install, "checkpoint_guard.py")

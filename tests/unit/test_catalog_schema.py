@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_catalog as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DRIVER = os.path.join(REPO, "catalog", "v2", "driver.yml")

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from cvss import CVSS3
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DevicePluginVersion,
     DriverVersion,
     SemVer,
@@ -109,7 +109,7 @@ def test_no_duplicate_ids_across_files(docs):
 
 
 def test_ranges_are_well_formed_and_ordered(docs):
-    """Re-checked here with versions.py directly (not through catalog_v2's validator)."""
+    """Re-checked here with _common/versions.py directly (not through catalog_v2's validator)."""
     for doc in docs.values():
         parse = PARSERS[doc["version_scheme"]]
         for e in doc["entries"]:

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_devices as cd
-from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_probe
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import devices as cd
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import probe as cgroup_probe
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
     CgroupDevicesError,
     DevicesList,
     format_rule,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_devices as cd
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import devices as cd
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
     CgroupDevicesError,
     DeviceRule,
     DevicesList,

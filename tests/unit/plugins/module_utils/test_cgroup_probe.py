@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_probe
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_probe import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import probe as cgroup_probe
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.probe import (
     ProbeError,
     classify,
     collect,

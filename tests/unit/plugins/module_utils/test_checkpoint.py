@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
-"""Unit tests for plugins/module_utils/checkpoint.py on real-shaped checkpoint fixtures."""
+"""Unit tests for plugins/module_utils/checkpoint/sync.py on real-shaped checkpoint fixtures."""
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import time
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import checkpoint as ck
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import backup_file
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import sync as ck
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import backup_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
@@ -472,12 +473,15 @@ def test_wait_for_driver(tmp_path):
 
 def test_module_is_importable_with_the_standard_library_alone(tmp_path):
     """The boot-time guard imports this file outside Ansible, under an isolated Python."""
-    src = os.path.join(REPO, "plugins", "module_utils", "checkpoint.py")
+    src = os.path.join(REPO, "plugins", "module_utils", "checkpoint", "sync.py")
     fixture = os.path.join(FIX, "v1_k8s119.json")
+    installed = tmp_path / "guard"  # installed as checkpoint.py, as the checkpoint_guard role does
+    installed.mkdir()
+    shutil.copyfile(src, str(installed / "checkpoint.py"))
     code = ("import sys; sys.path.insert(0, %r); import checkpoint; "
             "assert not any(m.startswith('ansible') for m in sys.modules); "
             "print(checkpoint.analyze(checkpoint.parse_checkpoint(open(%r,'rb').read()),"
-            " [%r])['stale_ids'])") % (os.path.dirname(src), fixture, GPU_A)
+            " [%r])['stale_ids'])") % (str(installed), fixture, GPU_A)
     out = subprocess.check_output([sys.executable, "-I", "-B", "-c", code],
                                   universal_newlines=True)
     assert out.strip() == repr([GPU_B])

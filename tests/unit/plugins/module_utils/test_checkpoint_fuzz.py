@@ -7,7 +7,7 @@ import os
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import checkpoint as ck
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import sync as ck
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.abspath(os.path.join(HERE, "..", "..", "..", "fixtures", "checkpoint"))

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/driver_catalog.py: driver_guard on catalog v2
+"""Unit tests for plugins/module_utils/driver/catalog.py: driver_guard on catalog v2
 (validation, evaluation by ordering, state conditions, recommendation)."""
 import copy
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_catalog as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(

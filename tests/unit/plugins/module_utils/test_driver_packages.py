@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/driver_packages.py and driver_node.py.
+"""Unit tests for plugins/module_utils/driver/packages.py and driver/node.py.
 
 dpkg parsing is exercised against the real dpkg-query reading a throwaway dpkg database into
 which real .deb files (built with dpkg-deb) were installed with ``dpkg --root``. rpm is not
@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_node as dn
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_packages as dpk
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import node as dn
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import packages as dpk
 
 HAVE_DPKG = all(shutil.which(b) for b in ("dpkg", "dpkg-deb", "dpkg-query"))
 

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/driver_pins.py: range patterns, apt and dnf rendering.
+"""Unit tests for plugins/module_utils/driver/pins.py: range patterns, apt and dnf rendering.
 
 The dnf.conf rendering is tested as text here; tests/module/test_driver_guard.py also runs the
 real apt (preferences) and, where installed, the real dnf (excludes) against local repositories.
@@ -14,9 +14,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_catalog as dc
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins as dp
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as dp
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/driver_upgrade.py (the driver role's planning functions).
+"""Unit tests for plugins/module_utils/driver/upgrade.py (the driver role's planning functions).
 
 Version ordering is checked against the real implementations (``dpkg --compare-versions`` and
 rpm's ``labelCompare`` through the system Python) where they are installed; the plans are
@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_upgrade as du
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import upgrade as du
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     parse_dpkg_query,
     parse_rpm_query,
 )

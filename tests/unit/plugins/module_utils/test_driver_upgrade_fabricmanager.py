@@ -1,4 +1,4 @@
-"""Fabric manager in lockstep with the driver (plugins/module_utils/driver_upgrade.py).
+"""Fabric manager in lockstep with the driver (plugins/module_utils/driver/upgrade.py).
 
 On NVSwitch systems nv-fabricmanager must be exactly the driver's version. The plans are checked
 on package listings in the formats the module reads (dpkg-query and rpm rows through the real
@@ -6,8 +6,8 @@ parsers, ``apt-cache madison``, ``dnf repoquery``) with the package names NVIDIA
 """
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_upgrade as du
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import upgrade as du
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     parse_dpkg_query,
     parse_rpm_query,
 )

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import fileutil
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

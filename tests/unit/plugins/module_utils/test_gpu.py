@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
     GpuFactsError, device_ids, find_library, find_nvidia_smi, library_version, mig_state,
     nvidia_facts, parse_gpu_information, procfs_gpus)
 
@@ -584,7 +584,7 @@ def test_runs_on_python38_without_pynvml(node):
     code = (
         "import json, sys\n"
         "sys.path.insert(0, %r)\n"
-        "from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts, GpuFactsError\n"
+        "from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import nvidia_facts, GpuFactsError\n"
         "f = nvidia_facts(proc_path=%r, dev_path=%r, driver_root=%r, timeout=10)\n"
         "try:\n"
         "    nvidia_facts(proc_path=%r, dev_path=%r, driver_root=%r, backend='nvml')\n"
@@ -620,7 +620,7 @@ def test_dev_char_links_checked_against_real_nodes(tmp_path):
     import os
     import stat as st_mod
 
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import dev_char_link_ok
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import dev_char_link_ok
 
     dev = tmp_path / "dev"
     (dev / "char").mkdir(parents=True)

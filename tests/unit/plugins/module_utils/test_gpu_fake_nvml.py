@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run_in_child
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import run_in_child
 
 from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml
 

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_health
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run_in_child
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import run_in_child
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_pci, gpu_xid, safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import pci as gpu_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 
 def _device(root, addr, vendor, device, pci_class, driver=None):

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT as COLLECTIONS
 from ansible_collections.kubegpu.fleet.tests.lib.procs import alive
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import (
     mig_profile_from_attributes, mig_profile_from_name, run_in_child, session_members)
 
 
@@ -92,7 +92,7 @@ def test_hung_child_does_not_hold_callers_stdout():
     code = textwrap.dedent("""
         import sys, time
         sys.path.insert(0, %r)
-        from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import run_in_child
+        from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import run_in_child
         def hang(emit):
             print("child writes to stdout", flush=True)
             time.sleep(300)

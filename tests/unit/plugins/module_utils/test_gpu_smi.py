@@ -5,7 +5,7 @@ from __future__ import absolute_import, division, print_function
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_smi import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.smi import (
     SmiParseError, error_name, merge_smi, mig_mode_value, parse_handle_errors, parse_smi_list,
     parse_smi_xml, smi_error)
 

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_xid
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
 
 # Record texts as the drivers print them (bus ids without the function; R4xx+ "PCI:" prefix,
 # pid/name fields since R5xx; older drivers neither).

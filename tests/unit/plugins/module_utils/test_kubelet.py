@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import kubelet as k
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import facts as k
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "kubelet")
 
@@ -1068,7 +1068,7 @@ def test_fifo_and_odd_proc_files_never_block(tmp_path):
 
 
 def test_unanswered_allocations_from_the_journal():
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import unanswered_allocations
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import unanswered_allocations
 
     gpa = ('%s gpu-1 kubelet[812]: I1122 05:00:00.000000     812 manager.go:831] "Issuing a GetPreferredAllocation '
            'call for container" containerName="%s" pod="%s"')

@@ -7,7 +7,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import config as kc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import config as kc
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     gke_reserved_memory_bytes,
     load_config_text,

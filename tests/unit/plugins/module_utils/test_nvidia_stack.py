@@ -1,4 +1,4 @@
-"""Node stack facts (module_utils/nvidia_stack.py) and their controller-side completion
+"""Node stack facts (module_utils/stack/facts.py) and their controller-side completion
 (plugin_utils/toolkit_config.py): a real dpkg database read by the real dpkg-query, real
 config.toml contents (the file the 1.17.8 package writes), hostile files."""
 import os
@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import nvidia_stack as ns
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import parse_dpkg_query, parse_rpm_query
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts as ns
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import parse_dpkg_query, parse_rpm_query
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
 
 # What nvidia-ctk 1.17.8 writes at package install (postinst: nvidia-ctk config --in-place);

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The audit's probe registry (module_utils/probes.py): every probe's skip rule, the parameter
+"""The audit's probe registry (module_utils/audit/probes.py): every probe's skip rule, the parameter
 chaining, the option specs shared with the single-probe modules, audit_node's options, the
 evaluation input - and the registry run end to end on a node without GPU or kubelet."""
 from __future__ import absolute_import, division, print_function
@@ -10,8 +10,10 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import checkpoint, probe_options, probes
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import sync as checkpoint
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probes
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BY_NAME = dict((p.name, p) for p in probes.REGISTRY)

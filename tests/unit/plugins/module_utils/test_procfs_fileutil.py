@@ -3,7 +3,8 @@ import stat
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import fileutil, procfs
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import procfs
 
 PROC_DEVICES = """Character devices:
   1 mem

@@ -7,8 +7,8 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.tests.lib.procs import alive
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.safe_io import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import (
     CommandTimeout, UnsafeInput, check_package_name, check_path, check_timeout, check_unit_name,
     read_bytes, read_text, run_command, try_read_text)
 

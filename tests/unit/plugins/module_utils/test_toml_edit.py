@@ -1,11 +1,11 @@
-"""One-key edits of the NVIDIA Container Toolkit's config.toml (plugins/module_utils/toml_edit.py):
+"""One-key edits of the NVIDIA Container Toolkit's config.toml (plugins/module_utils/_common/toml_edit.py):
 the result is parsed again with the standard library's tomllib, and everything but the edited
 line is byte-identical."""
 import tomllib
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.toml_edit import TomlEditError, render, set_key
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.toml_edit import TomlEditError, render, set_key
 
 FLAG = "features.disable-cuda-compat-lib-hook"
 

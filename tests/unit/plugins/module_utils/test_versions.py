@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DevicePluginVersion, DriverVersion, SemVer, driver_branch, in_range, strip_package_revision)
 
 

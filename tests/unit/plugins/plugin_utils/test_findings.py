@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import gather_kubelet_facts
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import gather_kubelet_facts
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
 

@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import gpu_health, gpu_pci, gpu_xid
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import pci as gpu_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
 
 BUS = ["0000:18:00.0", "0000:28:00.0", "0000:38:00.0"]

@@ -14,7 +14,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 # /proc/devices names the GPU major "nvidia-frontend" before driver 550.40 and "nvidia" after.
 NVIDIA_GPU_MAJOR_NAMES = ("nvidia", "nvidia-frontend")

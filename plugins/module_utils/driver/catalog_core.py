@@ -24,7 +24,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DevicePluginVersion,
     DriverVersion,
     SemVer,

@@ -18,7 +18,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 NVIDIA_VENDOR = 0x10DE
 # PCI class codes (base class << 8 | subclass): display controllers and "other bridge".

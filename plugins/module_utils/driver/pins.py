@@ -22,15 +22,15 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
     driver_defects,
     entry_conditions_exclude,
     node_facts,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog_v2_core import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog_core import (
     range_text as core_range_text,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
 DEFAULT_PIN_PACKAGES = ("*nvidia*", "cuda-drivers*", "libcuda*")
 STAR = "*"  # atom: any further digits

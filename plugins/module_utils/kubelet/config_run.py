@@ -14,13 +14,13 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import (
     atomic_write,
     backup_file,
     unsafe_target,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     CONFIG_MAX_BYTES,
     DEFAULT_CONFIG_PATH,
     ConfigParseError,
@@ -34,7 +34,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
     read_meminfo_total,
     require_yaml,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_config import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config import (
     SettingsError,
     changed_paths,
     check_round_trip,

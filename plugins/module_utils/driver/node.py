@@ -13,17 +13,17 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_packages
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import packages as driver_packages
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
     parse_component_version,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
     parse_nvidia_version,
     proc_file,
     read_text_reason,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
 NOT_INSTALLED = ("", "none")
 # dpkg-query/rpm over the NVIDIA patterns take well under a second; apt-cache madison and dnf

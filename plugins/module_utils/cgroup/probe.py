@@ -29,7 +29,7 @@ import select
 import signal
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 try:
     import ctypes

@@ -25,7 +25,7 @@ import json
 import math
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     BOOL_FLAGS,
     DEFAULT_EVICTION_HARD,
     MAX_DEPTH,

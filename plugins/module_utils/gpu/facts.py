@@ -17,13 +17,13 @@ import re
 import stat
 import sys
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_probe import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import (
     nvml_probe, run_in_child, smi_probe)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
     char_major, nvidia_gpu_major, parse_mig_minors, parse_nvidia_version, parse_proc_devices,
     parse_proc_modules, proc_file, read_text_reason)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import driver_branch
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import driver_branch
 
 BACKENDS = ("auto", "nvml", "nvidia_smi")
 LIBRARY_NAME = "libnvidia-ml.so.1"

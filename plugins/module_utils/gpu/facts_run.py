@@ -11,15 +11,15 @@ __metaclass__ = type
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
     GpuFactsError,
     nvidia_facts,
     pynvml_available,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import compare_gpus, scan_pci
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_xid import xid_report
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, scan_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.xid import xid_report
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 # Options of the hardware part and their defaults (audit_node passes the same names).
 HARDWARE_DEFAULTS = {"sys_path": "/sys", "xid": True, "xid_timeout": 10.0, "kmsg_path": "/dev/kmsg"}

@@ -11,14 +11,14 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync import (
     MalformedCheckpoint,
     analyze,
     parse_checkpoint,
     read_checkpoint,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def checkpoint_validate(params):

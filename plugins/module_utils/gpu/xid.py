@@ -20,8 +20,8 @@ import errno
 import json
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import normalize_bus_id
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import normalize_bus_id
 
 MAX_BYTES = 16 << 20        # kernel ring buffers are at most a few MiB; journals since boot more
 MAX_LINES = 200000

@@ -35,10 +35,10 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     userspace_driver_version,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DriverVersion,
     strip_package_revision,
 )

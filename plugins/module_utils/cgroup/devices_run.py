@@ -9,11 +9,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
     CgroupDevicesError,
     audit as cgroup_audit,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
 def cgroup_devices_run(params, warn):

@@ -25,7 +25,7 @@ import os
 import re
 import stat
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
     char_major,
     nvidia_gpu_major,
     parse_mig_minors,
@@ -34,8 +34,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.procfs import (
     read_text,
     read_text_reason,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils import cgroup_probe
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import probe as cgroup_probe
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 MAX_U32 = 0xFFFFFFFF
 # Highest GPU minor: 254 is /dev/nvidia-modeset, 255 is /dev/nvidiactl.

@@ -12,13 +12,13 @@ __metaclass__ = type
 import os
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     DEFAULT_PACKAGE,
     gather_kubelet_facts,
     unanswered_allocations,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 JOURNAL_TIMEOUT = 30.0
 JOURNAL_MAX_BYTES = 32 << 20

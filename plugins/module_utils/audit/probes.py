@@ -43,8 +43,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 # The run functions import their probe's code when called: the audit_node action plugin imports
 # this registry on the controller for every node (names, evaluation input) and must not pay for
@@ -92,7 +92,7 @@ def _nvidia(results):
 
 
 def _run_gpu_facts(params, host):
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_facts_run import gpu_facts_run
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts_run import gpu_facts_run
     return gpu_facts_run(params, host.warn)
 
 
@@ -100,7 +100,7 @@ def _run_gpu_facts(params, host):
 
 
 def _run_kubelet_facts(params, host):
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet_facts_run import kubelet_facts_run
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts_run import kubelet_facts_run
     return kubelet_facts_run(params, host.run_command, host.get_bin_path)
 
 
@@ -113,11 +113,11 @@ def _chain_kubelet_facts(results, audit_params):
 
 
 def _run_driver_guard(params, host):
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_guard_run import (
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.guard_run import (
         DRIVER_GUARD_ENVIRON,
         driver_guard_evaluate,
     )
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import bounded_runner
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import bounded_runner
     run = bounded_runner(params["command_timeout"], environ_update=DRIVER_GUARD_ENVIRON)
     return driver_guard_evaluate(params, run, host.get_bin_path, host.warn)[0]
 
@@ -143,7 +143,7 @@ def _chain_driver_guard(results, audit_params):
 def _run_checkpoint_sync(params, host):
     if params["state"] != "checked":
         raise ProbeFailed("the checkpoint_sync probe only checks (state=checked)")
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint_run import checkpoint_inspect
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync_run import checkpoint_inspect
     return checkpoint_inspect(params, host.warn)[0]
 
 
@@ -171,7 +171,7 @@ def _skip_checkpoint_sync(results):
 
 
 def _run_cgroup_devices(params, host):
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup_devices_run import cgroup_devices_run
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_run import cgroup_devices_run
     return cgroup_devices_run(params, host.warn)
 
 
@@ -200,7 +200,7 @@ def _skip_cgroup_devices(results):
 def _run_stack_facts(params, host):
     # config.toml comes back as text: the audit_node action parses it on the controller
     # (plugin_utils/toolkit_config.finish_stack_facts), as the stack_facts action does.
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.nvidia_stack import stack_facts_run
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.facts import stack_facts_run
     return stack_facts_run(params, host.get_bin_path, host.warn)
 
 

@@ -27,14 +27,14 @@ import select
 import signal
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_health import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import (
     HealthParseError,
     nvml_health,
     parse_health_xml,
     verdict as health_verdict,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_smi import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.smi import (
     NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_smi_list,
     parse_smi_xml, smi_error)
 

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 
 try:
     import yaml

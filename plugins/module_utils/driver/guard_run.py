@@ -14,29 +14,29 @@ import os
 import shutil
 import tempfile
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
     CatalogError,
     driver_defects,
     evaluate,
     merge_catalog,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_node import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
     NodeInputError,
     gather_node,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     compute_utils_status,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed, to_native_text
-from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_pins
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.fileutil import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed, to_native_text
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as driver_pins
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import (
     atomic_write,
     backup_file,
 )
 
 try:
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import nvidia_facts
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import nvidia_facts
     GPU_FACTS_ERROR = None
 except ImportError as _e:  # gpu.py missing or its imports failing: detection unavailable
     nvidia_facts = None

@@ -14,7 +14,7 @@ __metaclass__ = type
 import os
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DriverVersion,
     strip_package_revision,
 )

@@ -27,8 +27,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import catalog_v2_core as core
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog_core as core
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DriverVersion,
     SemVer,
 )

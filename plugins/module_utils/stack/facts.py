@@ -19,9 +19,9 @@ import os
 import re
 import stat
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver_packages import upstream_version
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu_pci import scan_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import upstream_version
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import scan_pci
 
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container1", "libnvidia-container-tools")
@@ -293,8 +293,8 @@ def stack_facts_run(params, get_bin_path, warn):
 
     Bad option values raise node_probes.ProbeFailed with a message naming the value; what
     could not be read on the node becomes a warning and a null fact."""
-    from ansible_collections.kubegpu.fleet.plugins.module_utils import driver_node
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.node_probes import ProbeFailed
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import node as driver_node
+    from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
     p = dict(DEFAULTS)
     p.update(dict((k, v) for k, v in (params or {}).items() if v is not None))
