@@ -43,6 +43,11 @@ def proc_file(proc_path, *parts):
     return os.path.join(proc_path, *parts)
 
 
+def _is_decimal(text):
+    """ASCII digits only: ``str.isdigit`` accepts ``"\u00b2"`` and other digits ``int`` refuses."""
+    return bool(text) and all("0" <= c <= "9" for c in text)
+
+
 def parse_proc_devices(text):
     """Parse /proc/devices into ``{"character": {name: [majors]}, "block": {...}}``."""
     out = {"character": {}, "block": {}}
@@ -61,7 +66,7 @@ def parse_proc_devices(text):
         if section is None:
             continue
         fields = s.split(None, 1)
-        if len(fields) != 2 or not fields[0].isdigit():
+        if len(fields) != 2 or not _is_decimal(fields[0]):
             continue
         major = int(fields[0])
         if major > 4095:  # MAJORBITS = 12
@@ -122,7 +127,7 @@ def parse_mig_minors(text):
     out = []
     for line in (text or "").splitlines():
         f = line.split()
-        if len(f) != 2 or not f[1].isdigit():
+        if len(f) != 2 or not _is_decimal(f[1]):
             continue
         name, minor = f[0], int(f[1])
         if name in ("config", "monitor"):
