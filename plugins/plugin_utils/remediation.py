@@ -244,6 +244,11 @@ def plan_node(audit, skip_findings=()):
                                                            "security.driver", "security.fabric-manager"})
     if "kubelet" in roles and plan["reboot"]:
         roles["kubelet"].pop("kubegpu_kubelet_restart", None)
+    if "device_plugin" in roles and "driver" in roles and plan["reboot"]:
+        # Until the reboot the new driver's libraries do not match the loaded kernel module: a
+        # device plugin pod restarted now cannot initialise NVML and advertises no GPU. The
+        # reboot starts it afresh (with /dev as the boot leaves it): no restart before it.
+        roles["device_plugin"]["kubegpu_device_plugin_restart_pod"] = "never"
     if "kubelet" in roles and "kubegpu_kubelet_restart" not in roles["kubelet"] and \
             "kubelet.admission_blocked" in ids_set and not plan["reboot"]:
         roles["kubelet"]["kubegpu_kubelet_restart"] = True
@@ -274,3 +279,27 @@ def cluster_plan(findings_by_node, cluster_findings=()):
                 if f.get("id") == "cluster.device_plugin_outdated"]
     return {"device_plugin": bool(static_nodes or outdated), "static_cpu_manager_nodes": static_nodes,
             "outdated_daemonsets": [d for d in outdated if d]}
+
+
+def final_verdict(report, fail_on, plans):
+    """Judge the audit after remediation.
+
+    ``report`` is the after-remediation audit report (kubegpu.fleet.audit_report's ``report``),
+    ``fail_on`` the severity threshold, ``plans`` maps node names to the remediation plans made
+    from the audit before (``plan_node``'s result). A finding at or above ``fail_on`` that the
+    node's plan marked ``manual`` (left for a person: cluster components Helm or the GPU Operator
+    deploy, hardware, ...) is reported but does not fail the run; any other one - something the
+    rollout should have fixed, a finding that appeared during it, a cluster-wide finding - is
+    unresolved. Returns ``{"unresolved": [...], "left_for_person": [...]}``, each entry
+    ``{"node", "id", "severity"}``.
+    """
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
+
+    plans = plans or {}
+    unresolved, left = [], []
+    for f in rep.failing_findings(report, fail_on):
+        entry = {"node": f.get("node"), "id": f.get("id"), "severity": f.get("severity")}
+        plan = plans.get(entry["node"]) if entry["node"] is not None else None
+        manual = (plan or {}).get("manual") or []
+        (left if entry["id"] in manual else unresolved).append(entry)
+    return {"unresolved": unresolved, "left_for_person": left}
