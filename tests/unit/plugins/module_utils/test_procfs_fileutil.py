@@ -30,13 +30,13 @@ def test_proc_devices_both_gpu_major_names():
     assert procfs.nvidia_gpu_major(procfs.parse_proc_devices("")) == (None, None)
 
 
-
 def test_non_ascii_digits_are_not_majors_or_minors():
     """``"\u00b2".isdigit()`` is true but ``int("\u00b2")`` raises: such lines are skipped."""
     d = procfs.parse_proc_devices("Character devices:\n\u00b2 0\n195 nvidia\n\u0663 x\n")
     assert d["character"] == {"nvidia": [195]}
     assert procfs.parse_mig_minors("config \u00b2\nmonitor 2\n") == [
         {"kind": "monitor", "gpu": None, "gi": None, "ci": None, "minor": 2}]
+
 
 def test_nvrm_version_lines():
     closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 23:40:01 UTC 2025\n"
