@@ -120,6 +120,12 @@ class ActionModule(ActionBase):
                 res = probes.get(probe.name) or {}
                 if probe.facts and not res.get("failed") and probe.facts in (res.get("ansible_facts") or {}):
                     facts[probe.facts] = res["ansible_facts"][probe.facts]
+        elif module_result.get("failed") and not set(("module_stderr", "module_stdout")) & set(module_result):
+            # The module ran and refused its options (fail_json; a crash or a missing interpreter
+            # comes back as MODULE FAILURE with module_stderr/module_stdout): the caller's error, not the
+            # node's - the task fails with the module's message, nothing is evaluated.
+            result.update(module_result)
+            return result
         else:
             # The module failed as a whole (no Python, a crash): every probe is in error.
             msg = module_result.get("msg") or "audit_node failed"
