@@ -9,7 +9,7 @@ The remediate playbook runs the audit, turns each node's findings into a plan wi
 """
 from __future__ import annotations
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.reboot_need import gpu_reasons
 
