@@ -6,6 +6,7 @@ a bare GPU pod), ``uvmlate`` (nvidia-uvm loaded after the plugin started, no NVI
 GPU pod placed late) and ``oldctk`` (nvidia-container-toolkit 1.14.3 with a 570 driver).
 The DaemonSets are the demo's (lab/profiles/demo.yml). Tests run in file order.
 """
+import os
 import time
 
 import pytest
@@ -128,6 +129,9 @@ def files_on(lab, node, paths):
 
 
 ROLE = "kubegpu.fleet.device_plugin : "
+with open(os.path.join(REPO, "lab", "packages", "catalog.yml")) as _f:
+    NEWEST_TOOLKIT = max((str(v) for v in yaml.safe_load(_f)["container_toolkit_versions"]),
+                         key=lambda v: tuple(int(x) for x in v.split(".")))
 GATHER = ROLE + "Read the kubelet of a GPU node whose CPU manager policy is not known yet"
 NODE_FILES = ["/etc/modules-load.d/nvidia-uvm.conf", "/etc/systemd/system/nvidia-uvm-init.service",
               "/etc/systemd/system/nvidia-dev-char-symlinks.service", "/etc/udev/rules.d/71-nvidia-dev-char.rules"]
@@ -314,8 +318,9 @@ def test_old_nvidia_ctk_fails_clearly_then_is_upgraded(lab, ansible):
 
     res = ansible.playbook(node_play("oldctk", kubegpu_device_plugin_upgrade_toolkit=True), inventory=lab.inventory)
     assert res.rc == 0, res.stdout[-4000:]
-    assert "1.18.0" in lab.ssh("oldctk", "nvidia-ctk --version").stdout
-    assert lab.ssh("oldctk", "dpkg-query -W -f='${Version}' nvidia-container-toolkit").stdout.startswith("1.18.0")
+    # upgraded to the newest toolkit the lab's repository carries
+    assert NEWEST_TOOLKIT in lab.ssh("oldctk", "nvidia-ctk --version").stdout
+    assert lab.ssh("oldctk", "dpkg-query -W -f='${Version}' nvidia-container-toolkit").stdout.startswith(NEWEST_TOOLKIT + "-")
     gpu = lab.ssh("oldctk", "readlink -f /dev/char/195:0").stdout.strip()
     assert gpu == "/dev/nvidia0"
     again = ansible.playbook(node_play("oldctk", kubegpu_device_plugin_upgrade_toolkit=True), inventory=lab.inventory)

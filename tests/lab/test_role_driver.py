@@ -1,15 +1,22 @@
 """kubegpu.fleet.driver on booted lab nodes: the whole branch package set to the catalog's fix
 with real apt/dpkg, holds, known-bad pins, the reboot record (never a reboot), check mode,
 cross-branch refusal, the skip label and a held dpkg lock."""
+import os
 import time
 
 import pytest
+import yaml
 
 from lab_fixture import device_plugin_ds, lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
 
 OLD = "570.158.01"
 NEW = "570.172.08"
 REV = "-0ubuntu1"
+# The newest 570 release the lab's apt repository carries (above NEW: the branch's security floor).
+with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "lab", "packages", "catalog.yml")) as _f:
+    NEWEST_570 = max((str(v) for v in yaml.safe_load(_f)["driver_versions"] if str(v).startswith("570.")),
+                     key=lambda v: tuple(int(x) for x in v.split(".")))
 SET = ("libnvidia-compute-570", "nvidia-compute-utils-570", "nvidia-dkms-570", "nvidia-driver-570",
        "nvidia-kernel-common-570", "nvidia-utils-570")
 PREF = "/etc/apt/preferences.d/kubegpu-fleet-nvidia-known-bad.pref"
@@ -86,9 +93,10 @@ def test_upgrade_moves_the_whole_set_holds_pins_and_records_the_reboot(lab, ansi
     assert lab.ssh("drv-up", "test -x /usr/bin/nvidia-cuda-mps-control", check=False).returncode == 0
     sel = dict(line.split() for line in lab.ssh("drv-up", "dpkg --get-selections %s" % " ".join(SET)).stdout.splitlines())
     assert sel == {p: "hold" for p in SET}
-    # the known-bad versions can no longer be candidates
+    # the known-bad versions can no longer be candidates: the candidate is the newest 570 the
+    # repository carries, at or above the fix
     policy = lab.ssh("drv-up", "apt-cache policy nvidia-driver-570").stdout
-    assert "Candidate: %s%s" % (NEW, REV) in policy
+    assert "Candidate: %s%s" % (NEWEST_570, REV) in policy
     for bad in ("570.124.06", "570.133.20", "570.148.08", OLD):
         line = [ln for ln in policy.splitlines() if ln.strip().startswith(bad + REV)]
         assert line and line[0].split()[-1] == "-1", (bad, policy)
