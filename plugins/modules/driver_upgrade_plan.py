@@ -275,72 +275,11 @@ summary:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import upgrade as du
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
-    bounded_runner,
-    list_packages,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.upgrade_plan_run import (
+    run_driver_upgrade_plan,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
-    parse_nvidia_version,
-    proc_file,
-    read_text,
-    read_text_reason,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
-
-
-def _run(module, run, args, what, ok=(0,)):
-    rc, out, err = run(args)
-    if rc not in ok:
-        module.fail_json(msg="%s failed (rc=%s): %s" % (what, rc, (err or out or "").strip()[:1000]),
-                         command=args)
-    return out
-
-
-def _cmdline(proc_path, pid):
-    text = read_text(os.path.join(proc_path, str(pid), "cmdline"), limit=65536)
-    return (text or "").replace("\0", " ").strip() or None
-
-
-def lock_report(proc_path="/proc", warn=None):
-    """Holders of the dpkg/apt locks; always from the real /proc (pids of this namespace)."""
-    files = {}
-    for path in du.APT_LOCK_FILES:
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        files[path] = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
-    if not files:
-        return []
-    locks_path = proc_file(proc_path, "locks")
-    text, reason = read_text_reason(locks_path, 16 << 20)  # a line per lock held on the node
-    if reason and warn:
-        warn("cannot read %s: %s; holders of the apt/dpkg locks unknown" % (locks_path, reason))
-    holders = du.lock_holders(du.parse_proc_locks(text), files)
-    for h in holders:
-        h["command"] = _cmdline(proc_path, h["pid"])
-        h["description"] = "pid %d (%s) holds %s (%s %s lock)" % (
-            h["pid"], h["command"] or "command unknown", h["path"], h["kind"], h["access"])
-    return holders
-
-
-def _candidate_names_apt(packages, target_branch):
-    names = set()
-    for p in packages:
-        parsed = du.apt_branch_name(p["name"]) if p.get("installed") else None
-        if parsed:
-            names.add(p["name"])
-            names.add(du.apt_rename(p["name"], target_branch))
-    names.add("%s-%d" % (du.COMPUTE_UTILS_STEM, target_branch))
-    names.add("%s-%d-server" % (du.COMPUTE_UTILS_STEM, target_branch))
-    return sorted(names)
 
 
 def main():
@@ -361,96 +300,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
-    p = module.params
-    result = dict(changed=False, locks=[], kernel_module_version=None)
-    try:
-        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
-                                                   minimum=0.001),
-                             environ_update=module.run_command_environ_update)
-        safe_io.check_package_name(p["dnf_module"], "dnf_module")
-    except safe_io.UnsafeInput as e:
-        module.fail_json(msg=str(e), **result)
-    version_path = proc_file(p["proc_path"], "driver", "nvidia", "version")
-    text, reason = read_text_reason(version_path)
-    if reason:
-        module.warn("cannot read %s: %s; kernel module version unknown" % (version_path, reason))
-    result["kernel_module_version"] = parse_nvidia_version(text)
-    result["locks"] = lock_report(warn=module.warn)
-
-    info = list_packages(run, module.get_bin_path, "/")
-    if info["error"]:
-        module.fail_json(msg="cannot list the installed NVIDIA packages: %s" % info["error"], **result)
-    manager = p["package_manager"]
-    if manager == "auto":
-        manager = {"dpkg": "apt", "rpm": "dnf"}.get(info["manager"])
-    if manager == "apt" and info["manager"] != "dpkg" or manager == "dnf" and info["manager"] != "rpm":
-        module.fail_json(msg="package_manager %s does not match the package database found (%s)"
-                         % (manager, info["manager"]), **result)
-    packages = info["packages"]
-    installed, _source = du.userspace_driver_version([x for x in packages if x.get("installed")])
-    if installed is None:
-        module.fail_json(msg="no installed NVIDIA driver found in the package database: this module "
-                         "plans upgrades of an installed driver", packages=packages, **result)
-
-    target = p["version"]
-    try:
-        if target:
-            up = du.target_upstream(target)
-            if p["branch"] is not None and DriverVersion(up).branch != p["branch"]:
-                raise du.PlanError("version %s is not in branch %d" % (target, p["branch"]))
-            reason = "set explicitly"
-        else:
-            branch = p["branch"] if p["branch"] is not None else DriverVersion(installed).branch
-            target, reason = du.default_target(installed, branch, p["fixed_releases"])
-            if target is None:
-                raise du.PlanError("%s and the node runs %s: set the target version explicitly "
-                                   "(kubegpu_driver_version)" % (reason, installed))
-        target_branch = DriverVersion(du.target_upstream(target)).branch
-        if manager == "apt":
-            names = _candidate_names_apt(packages, target_branch)
-            out = _run(module, run,
-                       [module.get_bin_path("apt-cache", required=True), "madison"] + names,
-                       "apt-cache madison")
-            arch = _run(module, run,
-                        [module.get_bin_path("dpkg", required=True), "--print-architecture"],
-                        "dpkg --print-architecture").strip()
-            plan = du.plan_apt(packages, target, du.parse_apt_cache_madison(out),
-                               allow_branch_change=p["allow_branch_change"],
-                               allow_downgrade=p["allow_downgrade"], compute_utils=p["compute_utils"],
-                               native_arch=arch)
-        else:
-            dnf = module.get_bin_path("dnf", required=True)
-            streams = _run(module, run, [dnf, "-q", "module", "list", "--enabled", p["dnf_module"]],
-                           "dnf module list", ok=(0, 1))
-            names = sorted(set([x["name"] for x in packages if du.RPM_DRIVER_NAME.match(x["name"])]
-                               + [du.RPM_COMPUTE_UTILS, "nvidia-driver"]))
-            out = _run(module, run, [dnf, "-q", "repoquery", "--disable-modular-filtering", "--showduplicates",
-                                     "--qf", "%{name} %{epoch}:%{version}-%{release} %{arch}"] + names,
-                       "dnf repoquery")
-            lock_text, reason = read_text_reason(p["dnf_versionlock_path"])
-            if reason:
-                raise du.PlanError("cannot read dnf_versionlock_path %s: %s"
-                                   % (p["dnf_versionlock_path"], reason))
-            locks = du.parse_versionlock_list(lock_text)
-            plan = du.plan_dnf(packages, target, du.parse_dnf_repoquery(out),
-                               stream=du.parse_dnf_module_list(streams, p["dnf_module"]), locks=locks,
-                               allow_branch_change=p["allow_branch_change"],
-                               allow_downgrade=p["allow_downgrade"], compute_utils=p["compute_utils"],
-                               module=p["dnf_module"],
-                               flavor=None if p["dnf_flavor"] == "auto" else p["dnf_flavor"])
-    except du.PlanError as e:
-        module.fail_json(msg=to_native(e), installed_version=installed, **result)
-
-    diff = plan.pop("diff")
-    result.update(plan)
-    result["target_reason"] = reason
-    kmod = result["kernel_module_version"]
-    result["reboot_pending"] = bool(kmod) and kmod != plan["target_version"]
-    if module._diff:
-        result["diff"] = dict(diff, before_header="NVIDIA driver packages (installed)",
-                              after_header="NVIDIA driver packages (plan)")
-    module.exit_json(**result)
+    run_driver_upgrade_plan(module)
 
 
 if __name__ == "__main__":
