@@ -280,69 +280,20 @@ unreachable_node:
   type: bool
 """
 
-import time
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
-from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import (
-    EVALUATION_OPTIONS,
-    NAMES,
-    audit_argument_spec,
-    run_all,
-)
-
-
-def _raised_at(exc):
-    """``file:line in function`` of the innermost frame: where to look, without a traceback."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return None
-    last = frames[-1]
-    return "%s:%d in %s" % (last.filename.rsplit("/", 1)[-1], last.lineno, last.name)
-
-
-def _run_probe(name, func, warn):
-    """Run one probe; return its result dict (failures and exceptions become failed results)."""
-    warnings = []
-    try:
-        result = func(warnings.append)
-    except ProbeFailed as e:
-        result = dict(changed=False)
-        result.update(e.result)
-        result.update(failed=True, msg=e.msg)
-    except Exception as e:  # pylint: disable=broad-except
-        result = dict(changed=False, failed=True,
-                      msg="%s probe raised %s: %s" % (name, type(e).__name__, e),
-                      raised_at=_raised_at(e))
-    if warnings:
-        result["warnings"] = warnings
-        for w in warnings:
-            warn(w)
-    return result
-
-
-def run_probes(module):
-    """Run the registered probes (module_utils/audit/probes.py) in order; return (probes, elapsed)."""
-    params = dict((k, v) for k, v in module.params.items() if k not in EVALUATION_OPTIONS)
-    return run_all(params, module, lambda name, func: _run_probe(name, func, module.warn), time.time)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.node_run import audit_node_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import audit_argument_spec
 
 
 def main():
     module = AnsibleModule(argument_spec=audit_argument_spec(), supports_check_mode=True)
     try:
-        safe_io.check_timeout(module.params["timeout"], "timeout", minimum=0.001)
-    except safe_io.UnsafeInput as e:
-        module.fail_json(msg=str(e))
-    probes, elapsed = run_probes(module)
-    failed = [name for name in NAMES if probes[name].get("failed")]
-    msg = "%d probes run, %d skipped, %d failed%s" % (
-        len([n for n in NAMES if not probes[n].get("skipped")]),
-        len([n for n in NAMES if probes[n].get("skipped")]), len(failed),
-        (": " + ", ".join(failed)) if failed else "")
-    module.exit_json(changed=False, probes=probes, failed_probes=failed, elapsed=elapsed, msg=msg)
+        result = audit_node_run(module.params, module)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -221,82 +221,10 @@ kubelet_restarted:
   sample: true
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync import (
-    CheckpointError,
-    backup_and_remove,
-    describe,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync_run import checkpoint_inspect
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import backup_file, unsafe_target
+from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync_run import checkpoint_sync_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
-
-_DIFF_RAW_LIMIT = 4096
-
-
-def _remove(module, result, data, before, reason):
-    """Back up and remove the checkpoint, then restart kubelet; exits the module."""
-    p = module.params
-    path = p["path"]
-    result["changed"] = True
-    if module._diff:
-        result["diff"] = {"before": before, "after": "",
-                          "before_header": path, "after_header": "%s (absent)" % path}
-    problem = unsafe_target(path)
-    if problem:
-        result["changed"] = False
-        result.pop("diff", None)
-        module.fail_json(msg="refusing to remove %s: %s. A file root removes must be writable by "
-                             "root only, or another user chooses what root removes; the file "
-                             "was left untouched" % (path, problem), **result)
-    systemctl = None
-    if p["restart_kubelet"]:
-        # Locate systemctl before touching anything, so a node without it fails cleanly.
-        systemctl = module.get_bin_path("systemctl", required=True)
-    if module.check_mode:
-        result["kubelet_restarted"] = bool(p["restart_kubelet"])
-        result["msg"] = "would %sremove %s (%s)%s" % (
-            "back up and " if p["backup"] else "", path, reason,
-            " and restart %s" % p["kubelet_service"] if p["restart_kubelet"] else "")
-        module.exit_json(**result)
-    try:
-        result["backup_file"] = backup_and_remove(
-            path, data, backup_func=backup_file if p["backup"] else None)
-    except CheckpointError as e:
-        result["changed"] = False
-        result.pop("diff", None)
-        module.fail_json(msg="%s: %s" % (path, e), **result)
-    except (IOError, OSError) as e:
-        result["changed"] = False
-        result.pop("diff", None)
-        module.fail_json(msg="%s: cannot back up and remove: %s" % (path, e), **result)
-    done = "removed %s (%s)%s" % (path, reason, ", backup at %s" % result["backup_file"]
-                                  if result["backup_file"] else ", no backup")
-    if systemctl is None:
-        module.warn("%s; kubelet was not restarted: a running kubelet keeps the old device "
-                    "state in memory and writes it back" % done)
-        result["msg"] = done
-        module.exit_json(**result)
-    try:
-        res = safe_io.run_command([systemctl, "restart", p["kubelet_service"]],
-                                  p["restart_timeout"], limit=1 << 20,
-                                  env=dict(os.environ, LC_ALL="C", SYSTEMD_PAGER=""))
-    except (safe_io.UnsafeInput, OSError) as e:
-        module.fail_json(msg="%s, but 'systemctl restart %s' failed: %s"
-                             % (done, p["kubelet_service"], e), **result)
-    rc, out, err = res.rc, res.text(), res.text("stderr")
-    if rc != 0:
-        module.fail_json(msg="%s, but 'systemctl restart %s' failed (rc=%d): %s"
-                             % (done, p["kubelet_service"], rc,
-                                (err or out).strip() or "no output"),
-                         rc=rc, stdout=out, stderr=err, **result)
-    result["kubelet_restarted"] = True
-    result["msg"] = "%s; restarted %s" % (done, p["kubelet_service"])
-    module.exit_json(**result)
 
 
 def main():
@@ -305,35 +233,12 @@ def main():
         argument_spec=probe_options.spec(probe_options.CHECKPOINT_SYNC),
         supports_check_mode=True,
     )
-    p = module.params
-    path = p["path"]
     try:
-        result, action = checkpoint_inspect(p, module.warn)
+        result = checkpoint_sync_run(module.params, module.warn, module.get_bin_path,
+                                     check_mode=module.check_mode, diff=module._diff)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
-    if action is None:
-        module.exit_json(**result)
-    if action[0] == "unparsable":
-        data, problem = action[1], action[2]
-        module.warn("%s is not a usable device checkpoint (%s); force=true: removing it"
-                    % (path, problem))
-        raw = data[:_DIFF_RAW_LIMIT].decode("utf-8", "replace")
-        before = "# %s (unparsable: %s, %d bytes)\n%s%s\n" % (
-            path, problem, len(data), raw, "..." if len(data) > _DIFF_RAW_LIMIT else "")
-        _remove(module, result, data, before, "unparsable: %s" % problem)
-    data, parsed, analysis = action[1], action[2], action[3]
-    if not p["device_ids"] and not p["force"]:
-        module.fail_json(msg="device_ids is empty: refusing to remove %s, every id in it would "
-                             "count as stale and a node that reports no GPUs usually has a "
-                             "broken driver; set force=true if the GPUs were really removed"
-                             % path, **result)
-    if analysis["allocated"]:
-        module.warn("%s records %d GPU allocations of pod containers; kubelet forgets them "
-                    "when the checkpoint is removed (drain GPU pods first)"
-                    % (path, len(analysis["allocated"])))
-    before = describe(path, parsed, analysis, size=len(data))
-    _remove(module, result, data, before,
-            "stale: %s" % ", ".join(analysis["stale_ids"][:10]))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
