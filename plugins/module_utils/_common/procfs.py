@@ -45,7 +45,7 @@ def proc_file(proc_path, *parts):
 
 def _is_decimal(text):
     """ASCII digits only: ``str.isdigit`` accepts ``"\u00b2"`` and other digits ``int`` refuses."""
-    return bool(text) and all("0" <= c <= "9" for c in text)
+    return safe_io.is_ascii_digits(text)
 
 
 def parse_proc_devices(text):

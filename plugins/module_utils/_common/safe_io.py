@@ -138,6 +138,16 @@ def try_read_text(path, limit=DEFAULT_LIMIT):
 
 # --------------------------------------------------------------------------- options
 
+def is_ascii_digits(text):
+    """True when ``text`` is a non-empty run of ASCII digits ``0``-``9``.
+
+    Use it, not ``str.isdigit``/``isnumeric``/``isdecimal``, before ``int(text)`` on anything
+    read from a node: ``"\u00b2".isdigit()`` is True and ``int("\u00b2")`` raises ValueError,
+    and ``int`` turns Arabic-Indic or full-width digits into numbers no tool on the node writes.
+    """
+    return isinstance(text, str) and bool(text) and all("0" <= c <= "9" for c in text)
+
+
 def check_timeout(value, name="timeout", minimum=0.0, maximum=MAX_TIMEOUT):
     """A finite number of seconds in [minimum, maximum]; :class:`UnsafeInput` otherwise."""
     try:
@@ -209,7 +219,7 @@ def _children_of(ppid, proc="/proc"):
     except OSError:
         return out
     for name in names:
-        if not name.isdigit():
+        if not is_ascii_digits(name):
             continue
         try:
             with open(os.path.join(proc, name, "stat"), "rb") as f:

@@ -305,13 +305,13 @@ def collect(pid, rfd, cgroup_dir, paths, method, timeout):
     answers = {}
     for line in data.decode("ascii", "replace").splitlines():
         fields = line.split()
-        if fields[:1] == ["X"] and len(fields) == 2 and fields[1].isdigit():
+        if fields[:1] == ["X"] and len(fields) == 2 and safe_io.is_ascii_digits(fields[1]):
             err = int(fields[1])
             raise ProbeError("cannot move a probe process into %s: %s (%s)"
                              % (cgroup_dir, _errname(err), os.strerror(err)))
         if fields == ["M"]:
             moved = True
-        elif len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+        elif len(fields) == 2 and safe_io.is_ascii_digits(fields[0]) and safe_io.is_ascii_digits(fields[1]):
             answers[int(fields[0])] = int(fields[1])
     if not moved:
         raise ProbeError("the probe process for %s died before entering the cgroup%s"

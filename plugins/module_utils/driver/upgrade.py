@@ -35,6 +35,7 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import is_ascii_digits
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     userspace_driver_version,
 )
@@ -51,13 +52,19 @@ class PlanError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Version comparison: Debian (deb-version(7)) and RPM (rpmvercmp)
 # --------------------------------------------------------------------------------------------
+# dpkg and rpm know ASCII digits and letters only (C isdigit/isalpha); str.isdigit would take
+# "\u00b2" (which int() refuses) and str.isalpha any letter. Anything else is a separator.
+
+def _isdigit(c):
+    return "0" <= c <= "9"
+
 
 def _deb_order(c):
     if c == "~":
         return -1
-    if c.isdigit():
+    if _isdigit(c):
         return 0
-    if c.isalpha():
+    if "A" <= c <= "Z" or "a" <= c <= "z":
         return ord(c)
     return ord(c) + 256
 
@@ -67,9 +74,9 @@ def _deb_cmp_part(a, b):
     i = j = 0
     while i < len(a) or j < len(b):
         first_diff = 0
-        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
-            ac = _deb_order(a[i]) if i < len(a) and not a[i].isdigit() else 0
-            bc = _deb_order(b[j]) if j < len(b) and not b[j].isdigit() else 0
+        while (i < len(a) and not _isdigit(a[i])) or (j < len(b) and not _isdigit(b[j])):
+            ac = _deb_order(a[i]) if i < len(a) and not _isdigit(a[i]) else 0
+            bc = _deb_order(b[j]) if j < len(b) and not _isdigit(b[j]) else 0
             if ac != bc:
                 return -1 if ac < bc else 1
             i += 1
@@ -78,14 +85,14 @@ def _deb_cmp_part(a, b):
             i += 1
         while j < len(b) and b[j] == "0":
             j += 1
-        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+        while i < len(a) and _isdigit(a[i]) and j < len(b) and _isdigit(b[j]):
             if not first_diff:
                 first_diff = (a[i] > b[j]) - (a[i] < b[j])
             i += 1
             j += 1
-        if i < len(a) and a[i].isdigit():
+        if i < len(a) and _isdigit(a[i]):
             return 1
-        if j < len(b) and b[j].isdigit():
+        if j < len(b) and _isdigit(b[j]):
             return -1
         if first_diff:
             return first_diff
@@ -96,7 +103,7 @@ def _deb_split(v):
     epoch = 0
     if ":" in v:
         e, v = v.split(":", 1)
-        epoch = int(e) if e.isdigit() else 0
+        epoch = int(e) if is_ascii_digits(e) else 0
     if "-" in v:
         upstream, rev = v.rsplit("-", 1)
     else:
@@ -113,7 +120,7 @@ def deb_version_cmp(a, b):
     return _deb_cmp_part(ua, ub) or _deb_cmp_part(ra, rb)
 
 
-_RPM_SEG = re.compile(r"(\d+|[A-Za-z]+|~|\^)")
+_RPM_SEG = re.compile(r"([0-9]+|[A-Za-z]+|~|\^)")
 
 
 def _rpmvercmp(a, b):
@@ -142,9 +149,9 @@ def _rpmvercmp(a, b):
         if not sa or not sb:
             return 1 if sa else -1
         x, y = sa.pop(0), sb.pop(0)
-        if x.isdigit() != y.isdigit():
-            return 1 if x.isdigit() else -1
-        if x.isdigit():
+        if is_ascii_digits(x) != is_ascii_digits(y):
+            return 1 if is_ascii_digits(x) else -1
+        if is_ascii_digits(x):
             x, y = int(x), int(y)
         if x != y:
             return 1 if x > y else -1
@@ -155,7 +162,7 @@ def _rpm_split(v):
     epoch = 0
     if ":" in v:
         e, v = v.split(":", 1)
-        epoch = int(e) if e.isdigit() else 0
+        epoch = int(e) if is_ascii_digits(e) else 0
     version, _sep, release = v.partition("-")
     return epoch, version, release
 

@@ -149,3 +149,23 @@ def test_child_that_dies_before_entering():
     with pytest.raises(ProbeError, match="died before entering the cgroup"):
         collect(pid, rfd, "/sys/fs/cgroup/x", ["/dev/a"], "open", 5)
     assert _gone(pid)
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff11"])
+def test_answers_that_are_not_ascii_digits_are_ignored(digits):
+    """Lines whose numbers are not ASCII digits ('²'.isdigit() is True, int('²') raises) are
+    no answers: the device stays unknown, nothing raises, and an "X" line with such an errno
+    is not taken for a placement error."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            os.close(rfd)
+            os.write(wfd, ("M\nX %s\n%s 0\n1 %s\n2 0\n" % (digits, digits, digits)).encode("utf-8"))
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    out = collect(pid, rfd, "/sys/fs/cgroup/x", ["/dev/a", "/dev/b", "/dev/c"], "open", 5)
+    assert [r.verdict for r in out.results] == ["unknown", "unknown", "allowed"]
+    assert out.results[0].reason == "probe process exited early"
+    assert _gone(pid)

@@ -365,3 +365,49 @@ def test_lock_error_messages():
     assert du.is_lock_error("E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 123 (python3)")
     assert du.is_lock_error("Failed to lock apt for exclusive operation: Failed to lock directory /var/lib/apt/lists/")
     assert not du.is_lock_error("E: Version '1' for 'x' was not found")
+
+
+# ---------------------------------------------------------------------------------------------
+# digits that are not ASCII ('²'.isdigit() is True but int('²') raises; dpkg and rpm know 0-9 only)
+# ---------------------------------------------------------------------------------------------
+
+HOSTILE_DIGITS = ["\u00b2", "\u0663", "\uff15\uff17\uff10"]  # superscript two, Arabic-Indic three, full-width 570
+
+
+@pytest.mark.parametrize("digits", HOSTILE_DIGITS)
+def test_deb_version_cmp_non_ascii_epoch_counts_as_zero(digits):
+    # epoch that is not ASCII digits: 0, like any other non-numeric epoch (no ValueError)
+    assert du.deb_version_cmp("%s:%s%s" % (digits, NEW, REV), NEW + REV) == 0
+    assert du.deb_version_cmp("1:%s%s" % (OLD, REV), "%s:%s%s" % (digits, NEW, REV)) == 1
+    # a non-ASCII digit inside the version is a separator, never a digit run
+    assert du.deb_version_cmp("570.172.0%s%s" % (digits, REV), "570.172.01" + REV) == -1
+
+
+@pytest.mark.parametrize("digits", HOSTILE_DIGITS)
+def test_rpm_version_cmp_non_ascii_digits(digits):
+    assert du.rpm_version_cmp("%s:%s-1.el9" % (digits, NEW), "3:%s-1.el9" % OLD) == -1
+    assert du.rpm_version_cmp("%s:%s-1.el9" % (digits, NEW), "%s-1.el9" % NEW) == 0
+    # "５７０" is no rpm segment (rpm compares ASCII digit runs): the versions differ
+    assert du.rpm_version_cmp("%s.172.08-1.el9" % digits, "570.172.08-1.el9") == -1
+
+
+@pytest.mark.parametrize("digits", HOSTILE_DIGITS)
+def test_plan_apt_with_a_non_ascii_epoch_in_madison(digits):
+    """A source listing ``²:570.172.08-0ubuntu1`` (hostile or corrupt) used to raise ValueError
+    while picking the candidate; it now counts as epoch 0 and the real revision wins."""
+    installed = dpkg_rows([("nvidia-driver-570", OLD + REV), ("libnvidia-compute-570", OLD + REV)])
+    avail = du.parse_apt_cache_madison(madison({
+        n: ["%s:%s%s" % (digits, NEW, REV), NEW + "-0ubuntu2"]
+        for n in ("nvidia-driver-570", "libnvidia-compute-570", "nvidia-compute-utils-570")}))
+    plan = du.plan_apt(installed, NEW, avail, native_arch="amd64")
+    assert sorted(plan["install"]) == sorted("%s=%s-0ubuntu2" % (n, NEW) for n in (
+        "nvidia-driver-570", "libnvidia-compute-570", "nvidia-compute-utils-570"))
+
+
+@pytest.mark.parametrize("digits", HOSTILE_DIGITS)
+def test_plan_dnf_with_a_non_ascii_epoch_in_repoquery(digits):
+    names = ["nvidia-driver", "kmod-nvidia-latest-dkms", "nvidia-driver-cuda"]
+    installed = rpm_rows([(n, "3:%s-1.el9" % OLD, "x86_64") for n in names])
+    avail = repoquery(names, ["%s:%s-1.el9" % (digits, NEW), "3:%s-1.el9" % NEW])
+    plan = du.plan_dnf(installed, NEW, avail, stream="570-dkms", locks={})
+    assert sorted(plan["install"]) == sorted("%s-3:%s-1.el9" % (n, NEW) for n in names)

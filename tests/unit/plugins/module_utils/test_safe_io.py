@@ -192,3 +192,16 @@ def test_bad_argv_and_missing_binary():
 
 def test_module_exports():
     assert set(safe_io.__all__) >= {"read_bytes", "run_command", "check_unit_name"}
+
+
+@pytest.mark.parametrize("text, want", [
+    ("0", True), ("0123456789", True), ("4242", True),
+    ("", False), (" 1", False), ("1 ", False), ("-1", False), ("+1", False), ("1.0", False), ("1_0", False),
+    ("\u00b2", False), ("1\u00b2", False), ("\u0663", False), ("\uff15\uff17\uff10", False),
+    ("\u2167", False), (None, False), (b"12", False), (12, False),
+])
+def test_is_ascii_digits(text, want):
+    """Only what int() takes as a plain ASCII number: '²'.isdigit() is True, int('²') raises."""
+    assert safe_io.is_ascii_digits(text) is want
+    if want:
+        assert int(text) >= 0
