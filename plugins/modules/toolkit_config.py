@@ -17,19 +17,40 @@ description:
     5659 gave for CVE-2025-23266 where the toolkit cannot be upgraded,
     C(features.disable-cuda-compat-lib-hook = true) (honoured from toolkit 1.17.5, the release
     that introduced the hook).
-  - Each key is edited on its own line; comments and the rest of the file are kept. A missing key
-    is added to its table, a missing table appended. The module refuses files it cannot edit
-    line by line (multi-line strings, the table as an inline table, a key set twice) and leaves
-    them untouched.
+  - The edit is made on the controller by this module's action plugin with the Python library
+    C(tomlkit), which keeps comments, key order and formatting of the rest of the file. Nodes
+    need no TOML library; the controller (or execution environment) needs C(tomlkit)
+    (C(pip install tomlkit)); without it the task fails saying so and changes nothing.
+  - The action plugin runs this module twice at most. First it reads the file (bounded to 1 MiB,
+    regular files only, never a FIFO or a device) and returns it. The controller parses it, sets
+    each C(table.key) (a missing table or key is added), parses the result again with the
+    standard library's C(tomllib) and checks that every value holds and nothing else changed.
+    Then, only when a value changes and not in check mode, the module writes the new text,
+    given with the sha256 of the bytes the edit was based on; it reads the file again and
+    refuses, writing nothing, when the file changed in between.
+  - Refused, file untouched, with a message naming the key - a key whose table is an inline
+    table (C(features = {...})), a key whose current value is an array or a table, a key that
+    crosses a value that is not a table, a file that is not UTF-8 or not valid TOML.
   - Before a change the file is copied byte for byte to C(<path>.<timestamp>.bak) (mode 0600);
     the new content is written to a temp file and renamed over the file (atomic).
   - Nothing is restarted; the caller restarts the container runtime when the task reports a change
     (new containers read the file when they start).
+  - Run without its action plugin (the module alone, for instance with C(ansible.builtin.script)
+    or a copied AnsiballZ payload), the module changes nothing when it gets O(settings) without
+    O(content) and fails saying that the action plugin does the edit.
 author:
   - kubegpu.fleet maintainers (@kubegpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
+  action:
+    support: full
+    details: The edit is computed on the controller (tomlkit); the node reads and writes the file.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details: Reports the change and the diff; writes nothing.
@@ -46,13 +67,33 @@ options:
   settings:
     description:
       - 'Keys to set, C(table.key) -> value (boolean, integer or string), for instance
-        C({"features.disable-cuda-compat-lib-hook": true}).'
+        C({"features.disable-cuda-compat-lib-hook": true}). Nested tables are dotted
+        (C(nvidia-container-runtime.modes.legacy.cuda-compat-mode)); key parts are bare keys
+        (letters, digits, C(-) and C(_)).'
     type: dict
     required: true
   backup:
     description: Copy the file to a 0600 backup beside it before changing it.
     type: bool
     default: true
+  read:
+    description:
+      - Internal, set by the action plugin (a task must not set it) - only read the file and
+        return it as RV(content_b64) with its RV(sha256).
+    type: bool
+    default: false
+  content:
+    description:
+      - Internal, set by the action plugin (a task must not set it) - the new text of the file,
+        edited on the controller. Requires O(expected_sha256).
+    type: str
+  expected_sha256:
+    description:
+      - Internal, set by the action plugin (a task must not set it) - the sha256 of the bytes
+        O(content) was made from; the module refuses to write when the file holds other bytes.
+    type: str
+notes:
+  - The action plugin refuses O(read), O(content) and O(expected_sha256) in a task.
 """
 
 EXAMPLES = r"""
@@ -84,15 +125,26 @@ backup_file:
   description: The backup of the file before the change.
   returned: when changed and not in check mode and O(backup=true)
   type: str
+content_b64:
+  description: Internal, for the action plugin - the file's bytes, base64.
+  returned: when O(read=true)
+  type: str
+sha256:
+  description: Internal, for the action plugin - the sha256 of the file's bytes (hex).
+  returned: when O(read=true)
+  type: str
 """
+
+import base64
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.toml_edit import TomlEditError, render, set_key
+from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.config_file import (
+    ConfigFileError, read_config, write_config)
 
-LIMIT = 1 << 20
+NO_CONTENT = ("%s: settings are applied by the kubegpu.fleet.toolkit_config action plugin, which edits the file "
+              "on the controller (tomlkit) and passes the new content; this run reached the module without it "
+              "(the action plugin was bypassed), so nothing was changed")
 
 
 def main():
@@ -101,45 +153,30 @@ def main():
             path=dict(type="path", default="/etc/nvidia-container-runtime/config.toml"),
             settings=dict(type="dict", required=True),
             backup=dict(type="bool", default=True),
+            read=dict(type="bool", default=False),
+            content=dict(type="str"),
+            expected_sha256=dict(type="str"),
         ),
+        mutually_exclusive=[("read", "content")],
+        required_together=[("content", "expected_sha256")],
         supports_check_mode=True,
     )
     path = module.params["path"]
-    settings = module.params["settings"]
-    result = dict(changed=False, path=path, changes=[])
-    if not settings:
-        module.fail_json(msg="settings is empty: name at least one table.key to set", **result)
+    result = dict(changed=False, path=path)
     try:
-        safe_io.check_path(path, "path")
-        data = safe_io.read_bytes(path, LIMIT, missing_ok=True)
-    except (safe_io.UnsafeInput, OSError) as e:
-        module.fail_json(msg="cannot read %s: %s" % (path, e), **result)
-    if data is None:
-        module.fail_json(msg="%s does not exist: install nvidia-container-toolkit-base (it ships the file) "
-                             "or name the right path" % path, **result)
-    try:
-        before = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        module.fail_json(msg="%s is not UTF-8 text (%s); refusing to edit it" % (path, e), **result)
-    text = before
-    for key in sorted(settings):
-        value = settings[key]
-        try:
-            text, changed, old = set_key(text, key, value)
-        except TomlEditError as e:
-            module.fail_json(msg="%s: cannot set %s: %s" % (path, key, e), **result)
-        if changed:
-            result["changes"].append({"key": key, "before": old, "after": render(value)})
-    result["changed"] = text != before
-    if result["changed"] and not module.check_mode:
-        try:
-            if module.params["backup"]:
-                result["backup_file"] = fileutil.backup_file(path)
-            fileutil.atomic_write(path, text)
-        except fileutil.FileOpError as e:
-            module.fail_json(msg=str(e), **result)
-    if module._diff:
-        result["diff"] = {"before": before, "after": text, "before_header": path, "after_header": path}
+        if module.params["read"]:
+            data, digest = read_config(path)
+            result.update(content_b64=base64.b64encode(data).decode("ascii"), sha256=digest)
+        elif module.params["content"] is None:
+            module.fail_json(msg=NO_CONTENT % path, **result)
+        else:
+            changed, backup_file = write_config(path, module.params["content"], module.params["expected_sha256"],
+                                                backup=module.params["backup"], check_mode=module.check_mode)
+            result["changed"] = changed
+            if backup_file:
+                result["backup_file"] = backup_file
+    except ConfigFileError as e:
+        module.fail_json(msg=str(e), **result)
     module.exit_json(**result)
 
 

@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read and replace the NVIDIA Container Toolkit's ``config.toml`` (node side, Python 3.8+).
+
+Nodes have no TOML writer, so the node never parses or edits the file: the
+``kubegpu.fleet.toolkit_config`` action plugin reads it through :func:`read_config` (bounded,
+regular files only), edits it on the controller with tomlkit, and hands the new text to
+:func:`write_config`, together with the sha256 of the bytes its edit was based on.
+:func:`write_config` reads the file again and refuses when it changed in between (someone ran
+``nvidia-ctk config`` or edited it by hand): the edit would otherwise drop their change.
+Before replacing the file it is copied byte for byte to a 0600 backup; the new text is written
+to a temp file and renamed over it.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import re
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+
+LIMIT = 1 << 20  # the packaged file is about 1.5 KiB
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ConfigFileError(Exception):
+    """The file cannot be read or replaced safely; the message names the path and the problem."""
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_config(path, limit=LIMIT):
+    """``(bytes, sha256 hex)`` of the regular file ``path``; :class:`ConfigFileError` when it is
+    missing, not a regular file (a FIFO, a directory, a symlink loop), larger than ``limit`` or
+    unreadable."""
+    try:
+        safe_io.check_path(path, "path")
+        data = safe_io.read_bytes(path, limit, missing_ok=True)
+    except (safe_io.UnsafeInput, OSError) as e:
+        raise ConfigFileError("cannot read %s: %s" % (path, e))
+    if data is None:
+        raise ConfigFileError("%s does not exist: install nvidia-container-toolkit-base (it ships the file) "
+                              "or name the right path" % path)
+    return data, sha256_hex(data)
+
+
+def write_config(path, content, expected_sha256, backup=True, check_mode=False, limit=LIMIT):
+    """Replace ``path`` with ``content`` (text) when it still holds the bytes whose sha256 is
+    ``expected_sha256``.
+
+    Returns ``(changed, backup_file)``; ``backup_file`` is None without a backup or a change.
+    Raises :class:`ConfigFileError` (and writes nothing) when the file changed since the edit
+    was made, cannot be read, or when the backup or the write fails (the file keeps its content).
+    """
+    expected = (expected_sha256 or "").strip().lower()
+    if not SHA256.match(expected):
+        raise ConfigFileError("expected_sha256 must be the 64 hex digits of the sha256 of %s as the edit "
+                              "read it, got %r" % (path, expected_sha256))
+    new = content.encode("utf-8")
+    if len(new) > limit:
+        raise ConfigFileError("refusing to write %d bytes to %s: more than the %d bytes this module handles"
+                              % (len(new), path, limit))
+    data, current = read_config(path, limit)
+    if current != expected:
+        raise ConfigFileError("%s changed since it was read for the edit (sha256 now %s, the edit was based on "
+                              "%s); nothing was written: run the task again to edit the new content"
+                              % (path, current, expected))
+    if new == data:
+        return False, None
+    if check_mode:
+        return True, None
+    backup_file = None
+    try:
+        if backup:
+            backup_file = fileutil.backup_file(path)
+        fileutil.atomic_write(path, new)
+    except fileutil.FileOpError as e:
+        raise ConfigFileError(str(e))
+    return True, backup_file
