@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import is_ascii_digits
+
 MODES = ("needed", "always", "never")
 DEFAULT_SENTINELS = ("/run/reboot-required", "/var/run/reboot-required")
 MAINTENANCE_ANNOTATION = "kubegpu.io/maintenance"
 
-_SEGMENT_RE = re.compile(r"\d+|[A-Za-z]+")
+_SEGMENT_RE = re.compile(r"[0-9]+|[A-Za-z]+")  # ASCII: \d would take digits int() reads oddly
 _RHEL_FLAVOUR_RE = re.compile(r"\.(x86_64|aarch64|ppc64le|s390x|i686|noarch)(\+[A-Za-z0-9_]+)?$")
 _DEB_FLAVOUR_RE = re.compile(r"-([A-Za-z][A-Za-z0-9-]*)$")
 _LEFTOVER_SUFFIXES = (".old", ".bak", ".orig", ".hmac", ".sig", ".rpmsave", ".rpmnew", ".rpmorig", "~")
@@ -48,7 +50,7 @@ def release_key(release):
     alphabetic ones at the same position (rpm's rule), separators do not count."""
     key = []
     for seg in _SEGMENT_RE.findall(str(release or "")):
-        key.append((1, int(seg), "") if seg.isdigit() else (0, 0, seg))
+        key.append((1, int(seg), "") if is_ascii_digits(seg) else (0, 0, seg))
     return key
 
 
@@ -83,7 +85,7 @@ def kernel_release_of(entry):
         return None
     if release.endswith(_LEFTOVER_SUFFIXES) or any(m in release for m in _LEFTOVER_MARKERS):
         return None
-    if not release[0].isdigit():
+    if not is_ascii_digits(release[0]):
         return None
     return release
 

@@ -14,8 +14,12 @@ __metaclass__ = type
 
 import re
 
-_DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
-_SEMVER_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import is_ascii_digits
+
+# Digits are ASCII 0-9 (re.ASCII): a str pattern's \d also takes Arabic-Indic or full-width
+# digits, which int() turns into numbers no package version or tag is written with.
+_DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$", re.ASCII)
+_SEMVER_RE = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$", re.ASCII)
 
 
 class _Ordered:
@@ -138,10 +142,10 @@ class SemVer(_Ordered):
 
 def _pre_key(part):
     # Split "beta5" into ("beta", 5) so beta5 < beta10; numeric identifiers sort before text.
-    m = re.match(r"^([A-Za-z-]*)(\d*)$", part)
+    m = re.match(r"^([A-Za-z-]*)([0-9]*)$", part)
     if m and m.group(2):
         return (1, m.group(1), int(m.group(2)))
-    return (1, part, -1) if not part.isdigit() else (0, "", int(part))
+    return (1, part, -1) if not is_ascii_digits(part) else (0, "", int(part))
 
 
 class DevicePluginVersion(_Ordered):
@@ -156,8 +160,8 @@ class DevicePluginVersion(_Ordered):
 
     __slots__ = ("text", "era", "parts")
 
-    _K8S_ERA = re.compile(r"^v?1\.(\d+)$")
-    _BETA = re.compile(r"^v?1\.0\.0-beta(\d*)$")
+    _K8S_ERA = re.compile(r"^v?1\.(\d+)$", re.ASCII)
+    _BETA = re.compile(r"^v?1\.0\.0-beta(\d*)$", re.ASCII)
 
     def __init__(self, text):
         if not isinstance(text, str):

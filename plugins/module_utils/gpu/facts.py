@@ -133,7 +133,7 @@ def parse_gpu_information(text):
     return {
         "name": fields.get("model") or None,
         "uuid": fields.get("gpu uuid") or None,
-        "minor_number": int(minor) if minor and minor.isdigit() else None,
+        "minor_number": int(minor) if safe_io.is_ascii_digits(minor) else None,
         "pci_bus_id": fields.get("bus location") or None,
     }
 

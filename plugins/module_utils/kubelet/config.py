@@ -25,6 +25,7 @@ import json
 import math
 import re
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     BOOL_FLAGS,
     DEFAULT_EVICTION_HARD,
@@ -182,7 +183,7 @@ def complete_eviction_hard(current, overrides=None):
             try:
                 if not key.endswith("inodesFree") and not key.startswith("pid."):
                     parse_memory_threshold(value, 1)
-                elif not value.endswith("%") and not value.isdigit():
+                elif not value.endswith("%") and not safe_io.is_ascii_digits(value):
                     quantity_to_bytes(value)
             except QuantityError as e:
                 raise SettingsError("evictionHard %s: %s" % (key, e))

@@ -254,7 +254,7 @@ def parse_stat(text):
     fields = text[close + 1:].split()
     state = fields[0] if fields else None
     start = None
-    if len(fields) > 19 and fields[19].isdigit():
+    if len(fields) > 19 and safe_io.is_ascii_digits(fields[19]):
         start = int(fields[19])
     return state, start
 
@@ -297,7 +297,7 @@ def process_uids(proc_path, pid):
     for line in text.splitlines():
         if line.startswith("Uid:"):
             fields = line.split()[1:]
-            if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
+            if len(fields) >= 2 and safe_io.is_ascii_digits(fields[0]) and safe_io.is_ascii_digits(fields[1]):
                 return int(fields[0]), int(fields[1])
             break
     return None, None
@@ -394,7 +394,7 @@ def find_kubelet_processes(proc_path, name="kubelet"):
         return []
     found = []
     for entry in entries:
-        if not entry.isdigit():
+        if not safe_io.is_ascii_digits(entry):
             continue
         base = os.path.join(proc_path, entry)
         comm = _read_proc_text(os.path.join(base, "comm"), 256)
@@ -430,7 +430,7 @@ def systemd_main_pid(unit, systemctl, timeout=VERSION_TIMEOUT):
     except (safe_io.UnsafeInput, OSError) as e:
         return None, "systemctl show %s: %s" % (unit, e)
     text = res.text().strip()
-    if res.rc != 0 or not text.isdigit():
+    if res.rc != 0 or not safe_io.is_ascii_digits(text):
         detail = (res.text("stderr").strip() or text or "no output").splitlines()[-1][:200]
         return None, "systemctl show %s exited %d: %s" % (unit, res.rc, detail)
     pid = int(text)
@@ -532,7 +532,7 @@ def read_meminfo_total(proc_path):
     for line in (text or "").splitlines():
         if line.startswith("MemTotal:"):
             fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
+            if len(fields) >= 2 and safe_io.is_ascii_digits(fields[1]):
                 unit = fields[2].lower() if len(fields) > 2 else ""
                 return int(fields[1]) * (1024 if unit == "kb" else 1)
     return None

@@ -71,7 +71,7 @@ def fabric_manager_package(packages):
     for pkg in packages or []:
         if pkg.get("installed") and FABRIC_MANAGER_RE.match(pkg.get("name") or ""):
             v = upstream_version(pkg.get("version") or "")
-            key = tuple(int(x) if x.isdigit() else 0 for x in v.split("."))
+            key = tuple(int(x) if safe_io.is_ascii_digits(x) else 0 for x in v.split("."))
             if best is None or key > best[0]:
                 best = (key, pkg["name"], v)
     if best is None:

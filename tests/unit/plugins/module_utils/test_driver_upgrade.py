@@ -381,6 +381,9 @@ def test_deb_version_cmp_non_ascii_epoch_counts_as_zero(digits):
     assert du.deb_version_cmp("1:%s%s" % (OLD, REV), "%s:%s%s" % (digits, NEW, REV)) == 1
     # a non-ASCII digit inside the version is a separator, never a digit run
     assert du.deb_version_cmp("570.172.0%s%s" % (digits, REV), "570.172.01" + REV) == -1
+    # and no driver version: such a candidate never stands for 570.172.08
+    assert du.upstream_of("570.172.0%s%s" % (digits, REV)) is None
+    assert du.upstream_of("%s.172.08%s" % (digits, REV)) is None
 
 
 @pytest.mark.parametrize("digits", HOSTILE_DIGITS)

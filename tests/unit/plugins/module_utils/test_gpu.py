@@ -692,3 +692,18 @@ def test_readable_procfs_without_driver_has_no_warnings(node, tmp_path):
     empty.mkdir()
     f = node.facts(driver_root=str(empty))
     assert f["present"] is False and f["warnings"] == []
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff12"])
+def test_procfs_device_minor_that_is_not_ascii_digits_is_unknown(tmp_path, digits):
+    """'²'.isdigit() is True but int('²') raises: such a "Device Minor:" is no minor number
+    (null), the GPU is still counted from procfs and sorts after those with a minor."""
+    proc = fakenvml.write_procfs(str(tmp_path / "proc"), gpus=[fakenvml.gpu(0)])
+    base = os.path.join(proc, "driver", "nvidia", "gpus")
+    os.makedirs(os.path.join(base, "0000:9c:00.0"))
+    with open(os.path.join(base, "0000:9c:00.0", "information"), "w") as f:
+        f.write("Model: \t\t NVIDIA H100 80GB HBM3\nDevice Minor: \t %s\nBus Location: \t 0000:9c:00.0\n" % digits)
+    warnings = []
+    found = procfs_gpus(proc, warnings)
+    assert [(g["pci_bus_id"], g["minor_number"]) for g in found][-1] == ("0000:9c:00.0", None)
+    assert [g["minor_number"] for g in found] == [0, None] and not warnings

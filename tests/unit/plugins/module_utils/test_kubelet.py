@@ -1083,3 +1083,38 @@ def test_unanswered_allocations_from_the_journal():
     plain = ['I1122 05:00:00.0 812 manager.go:831] "Issuing a GetPreferredAllocation call for container" '
              'containerName="c" podUID="1234"']
     assert unanswered_allocations(plain) == [{"pod": "1234", "container": "c", "time": None, "age_seconds": None}]
+
+
+# -- numbers that are not ASCII digits ('²'.isdigit() is True, int('²') raises) -------------
+NON_ASCII_DIGITS = ["\u00b2", "\u0663", "\uff14\uff12"]  # superscript two, Arabic-Indic three, full-width 42
+
+
+@pytest.mark.parametrize("digits", NON_ASCII_DIGITS)
+def test_find_kubelet_skips_pid_entries_that_are_not_ascii_digits(tmp_path, digits):
+    fp = FakeProc(tmp_path)
+    fp.add_process(4242, ["/usr/bin/kubelet"], starttime=3000)
+    d = fp.add_process(4343, ["/usr/bin/kubelet"], starttime=10)
+    os.rename(d, os.path.join(fp.path, digits))
+    assert [p["pid"] for p in k.find_kubelet_processes(fp.path)] == [4242]
+
+
+@pytest.mark.parametrize("digits", NON_ASCII_DIGITS)
+def test_proc_numbers_that_are_not_ascii_digits_are_unknown(tmp_path, digits):
+    fields = ["S"] + ["1"] * 18 + [digits, "1", "1"]
+    assert k.parse_stat("42 (kubelet) " + " ".join(fields)) == ("S", None)
+    fp = FakeProc(tmp_path)
+    d = fp.add_process(77, ["/usr/bin/kubelet"])
+    with open(os.path.join(d, "status"), "w") as f:
+        f.write("Name:\tkubelet\nUid:\t%s\t0\t0\t0\n" % digits)
+    assert k.process_uids(fp.path, 77) == (None, None)
+    with open(os.path.join(fp.path, "meminfo"), "w") as f:
+        f.write("MemTotal:       %s kB\nMemFree:        1024 kB\n" % digits)
+    assert k.read_meminfo_total(fp.path) is None
+
+
+@pytest.mark.parametrize("digits", NON_ASCII_DIGITS)
+def test_systemd_main_pid_that_is_not_ascii_digits_is_an_error(tmp_path, digits):
+    systemctl = write_script(str(tmp_path / "systemctl"), "#!/bin/sh\nprintf '%s\\n'\n" % digits)
+    pid, err = k.systemd_main_pid("kubelet.service", systemctl)
+    assert pid is None
+    assert err == "systemctl show kubelet.service exited 0: %s" % digits

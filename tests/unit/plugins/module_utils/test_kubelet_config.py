@@ -342,3 +342,13 @@ def test_coerced_settings_are_written_with_their_types():
     assert "maxPods: 7\n" in text and "failSwapOn: false\n" in text
     assert yaml.safe_load(text) == {"kind": "KubeletConfiguration", "maxPods": 7,
                                     "failSwapOn": False}
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff15"])
+@pytest.mark.parametrize("key", ["nodefs.inodesFree", "imagefs.inodesFree", "pid.available"])
+def test_eviction_count_that_is_not_ascii_digits_is_refused(key, digits):
+    """'²'.isdigit() is True: such a count used to pass as a number and be written for the
+    kubelet, which refuses it (its quantities are ASCII). It fails naming the key now."""
+    with pytest.raises(kc.SettingsError, match=r"^evictionHard %s: " % key.replace(".", r"\.")):
+        kc.complete_eviction_hard({}, {key: digits})
+    assert kc.complete_eviction_hard({}, {key: "1000"})[key] == "1000"

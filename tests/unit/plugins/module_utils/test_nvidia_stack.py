@@ -375,3 +375,17 @@ def test_cdi_spec_fifo_not_listed(tmp_path):
     os.mkfifo(str(root / "etc" / "cdi" / "nvidia.yaml"))
     assert ns.cdi_specs(str(root)) == ([], [])
     assert not stat.S_ISREG(os.stat(str(root / "etc" / "cdi" / "nvidia.yaml")).st_mode)
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff17"])
+def test_fabric_manager_version_with_non_ascii_digits(digits):
+    """A fabric manager package version segment like '17²' ('²'.isdigit() is True, int('²')
+    raises) counts as 0 when choosing the highest installed package; nothing raises."""
+    pkgs = parse_dpkg_query("nvidia-fabricmanager-570\t570.17%s.08-1\tii \tamd64\n"
+                            "nvidia-fabricmanager-575\t575.57.08-1\tii \tamd64\n"
+                            "cuda-drivers-fabricmanager-570\t570.%s.01-1\tii \tamd64\n" % (digits, digits))
+    assert ns.fabric_manager_package(pkgs) == {"installed": True, "package": "nvidia-fabricmanager-575",
+                                               "version": "575.57.08"}
+    only = parse_dpkg_query("nvidia-fabricmanager-570\t570.%s.08-1\tii \tamd64\n" % digits)
+    assert ns.fabric_manager_package(only) == {"installed": True, "package": "nvidia-fabricmanager-570",
+                                               "version": "570.%s.08" % digits}

@@ -36,3 +36,27 @@ def test_device_plugin_release_order_follows_the_real_tag_history():
         False, False, False, False, False, True, True, True, True, True, True, True, True]
     with pytest.raises(ValueError, match="'latest'"):
         DevicePluginVersion("latest")
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "\u0663\u0667\u0660", "\uff15\uff17\uff10"])
+def test_versions_with_digits_that_are_not_ascii_are_refused(text):
+    """'²'.isdigit() is True and int('²') raises; a str pattern's \\d and int() take Arabic-Indic
+    and full-width digits. No package version or tag is written with them: each parser refuses
+    them with ValueError naming the value (never another exception, never a number)."""
+    for bad in ("%s.172.08" % text, "570.%s.08" % text, "570.172.%s-0ubuntu1" % text):
+        with pytest.raises(ValueError, match="570|172|%s" % text):
+            DriverVersion(bad)
+        assert driver_branch(bad) is None
+    for bad in ("%s.0.0" % text, "1.%s.0" % text, "v1.17.%s" % text):
+        with pytest.raises(ValueError):
+            SemVer(bad)
+        with pytest.raises(ValueError):
+            DevicePluginVersion(bad)
+    with pytest.raises(ValueError):
+        DevicePluginVersion("v1.%s" % text)
+    with pytest.raises(ValueError):
+        DevicePluginVersion("1.0.0-beta%s" % text)
+    # a pre-release made of non-ASCII digits is no semver pre-release either
+    with pytest.raises(ValueError):
+        SemVer("1.0.0-%s" % text)
+    assert SemVer("1.0.0-beta5") < SemVer("1.0.0-beta10") < SemVer("1.0.0")

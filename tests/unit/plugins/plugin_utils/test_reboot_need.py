@@ -187,3 +187,14 @@ def test_a_maintenance_left_open_on_the_node_is_resumed():
 def test_sentinels_are_deduplicated_and_kept_in_order():
     need = rn.decide(mode="needed", sentinels=["/run/reboot-required", "/run/reboot-required", "/run/x"])
     assert need["sentinels"] == ["/run/reboot-required", "/run/x"]
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff16"])
+def test_releases_with_digits_that_are_not_ascii(digits):
+    """'²'.isdigit() is True, int('²') raises; \\d took Arabic-Indic and full-width digits as
+    numbers. A /boot entry starting with one is no kernel; inside a release it is a separator."""
+    assert rn.kernel_release_of("vmlinuz-%s.1.0-27-amd64" % digits) is None
+    assert rn.installed_kernels(["vmlinuz-%s.1.0-27-amd64" % digits, "vmlinuz-6.1.0-9-amd64"]) == ["6.1.0-9-amd64"]
+    assert rn.release_key("6.1.0-%s-amd64" % digits) == rn.release_key("6.1.0--amd64")
+    assert rn.installed_kernels(["vmlinuz-6.1.0-2%s-amd64" % digits, "vmlinuz-6.1.0-9-amd64"]) == [
+        "6.1.0-9-amd64", "6.1.0-2%s-amd64" % digits]
