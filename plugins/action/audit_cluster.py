@@ -82,6 +82,7 @@ class ActionModule(ActionBase):
                 finally:
                     if client is not None:
                         secrets.extend(client.secrets)
+                        client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
             view = cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"],
                                 image_pattern=args["device_plugin_image_pattern"],
                                 deployments=objects["deployments"], cluster_policies=objects["cluster_policies"],

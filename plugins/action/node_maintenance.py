@@ -66,6 +66,7 @@ class ActionModule(ActionBase):
         finally:
             if api is not None:   # tokens the client read from the environment or a kubeconfig
                 secrets.extend(api.client.secrets)
+                api.client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
         result.setdefault("changed", False)
 
     def _info(self, api, args):

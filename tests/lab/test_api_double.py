@@ -1039,6 +1039,7 @@ def test_gpu_operator_reads_through_the_collections_k8s_layer(api_double_factory
     assert [d["metadata"]["name"] for d in got["deployments"]] == ["gpu-operator"]
     assert got["cluster_policies"][0]["spec"]["mig"]["strategy"] == "mixed"
     objects = service.read_cluster(client)
+    client.close()   # removes the private directory of the kubeconfig's inline CA
     view = cl.cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"], **got)
     comps = view["nodes"]["gpu-0"]["components"]
     assert comps["gpu-operator"]["version"] == "25.3.1" and comps["gpu-operator"]["cdi_enabled"] is True

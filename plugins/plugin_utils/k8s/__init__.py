@@ -13,6 +13,8 @@
 * ``waiter`` - the deadline loop every wait shares, with an injectable clock.
 
 Every action plugin that talks to the API (``kubegpu.fleet.node_maintenance``, and any later one)
-takes ``AUTH_ARG_SPEC`` and calls ``client.connect``; the action group ``kubegpu.fleet.k8s`` in
+takes ``AUTH_ARG_SPEC``, calls ``client.connect`` and closes the client in ``finally`` (``close()``
+removes the kubeconfig's inline CA, client certificate and key the loader wrote to disk: a forked
+Ansible worker never runs the loader's atexit cleanup); the action group ``kubegpu.fleet.k8s`` in
 meta/runtime.yml lists them so one ``module_defaults`` block configures them and kubernetes.core.
 """

@@ -22,16 +22,32 @@ Resolution is kubernetes.core's (``module_utils/k8s/client.py``, 6.x), step for 
    ``impersonate_groups`` become impersonation headers.
 
 ``environ``, ``home`` and the service account directory are parameters, so tests resolve against
-real files without touching the process. Nothing here writes the client's process-wide default
-configuration, and messages never contain a token: ``Client.secrets`` lists the values a caller
-must mask (``ansible.module_utils.common.parameters.remove_values``) in anything it returns.
+real files without touching the process.
+
+The loader writes a kubeconfig's inline data (``certificate-authority-data``,
+``client-certificate-data``, ``client-key-data``, an exec plugin's client certificate) into temp
+files and removes them only from an ``atexit`` handler. An action plugin runs in Ansible's forked
+WorkerProcess, which ends with ``os._exit``: atexit never runs there, so every task used to leave the
+CA and the client key in the controller's temp dir. ``connect`` therefore gives each connection a
+private 0700 directory for them (the loader's public ``temp_file_path``) and ``Client.close()`` (or
+leaving ``with connect(...) as client:``) removes it; not earlier, because urllib3 reads the CA and
+the client certificate each time it opens a connection. A path the user gave (``ca_cert``,
+``client_cert``, ``certificate-authority: FILE``, the service account's ``ca.crt``) is never removed.
+
+Nothing here writes the client's process-wide default configuration, and messages never contain a
+token: ``Client.secrets`` lists the values a caller must mask
+(``ansible.module_utils.common.parameters.remove_values``) in anything it returns.
 """
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import os
+import shutil
 import stat
+import tempfile
+import threading
 import warnings
 
 from urllib.parse import urlencode
@@ -165,25 +181,42 @@ def _check_kubeconfig_files(kubeconfig):
                            % (path, st.st_size, KUBECONFIG_MAX_BYTES))
 
 
-def _load_kubeconfig(config, kubeconfig, context):
-    """Load a kubeconfig file (or ``:``-joined files, or a dict) into ``config``; K8sError on failure."""
+def _accepts_temp_file_path(loader):
+    """kubernetes < 25.3 has no ``temp_file_path`` on load_kube_config (load_kube_config_from_dict has it)."""
+    try:
+        return "temp_file_path" in inspect.signature(loader).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _load_kubeconfig(config, kubeconfig, context, temp_dir=None):
+    """Load a kubeconfig file (or ``:``-joined files, or a dict) into ``config``; K8sError on failure.
+
+    ``temp_dir``: where the loader writes inline certificate and key data, or a callable that makes
+    that directory (None: the loader's default, the process temp dir, cleaned only at interpreter exit)."""
     from kubernetes import config as kconfig  # pylint: disable=import-outside-toplevel
 
     if not isinstance(kubeconfig, dict):
         _check_kubeconfig_files(kubeconfig)
+    loader = kconfig.load_kube_config_from_dict if isinstance(kubeconfig, dict) else kconfig.load_kube_config
+    kwargs = {"context": context, "client_configuration": config, "persist_config": False}
+    if temp_dir is not None and _accepts_temp_file_path(loader):
+        kwargs["temp_file_path"] = temp_dir() if callable(temp_dir) else temp_dir
     try:
         if isinstance(kubeconfig, dict):
-            kconfig.load_kube_config_from_dict(config_dict=kubeconfig, context=context, client_configuration=config,
-                                               persist_config=False)
+            loader(config_dict=kubeconfig, **kwargs)
         else:
-            kconfig.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config,
-                                     persist_config=False)
+            loader(config_file=kubeconfig, **kwargs)
     except Exception as exc:  # pylint: disable=broad-except  # the loader raises many types
         raise K8sError("cannot load %s: %s" % (_describe_kubeconfig(kubeconfig, context), exc))
 
 
-def configuration(auth, environ=None, home=None, serviceaccount_dir=SERVICEACCOUNT_DIR):
-    """A kubernetes.client.Configuration for ``auth`` (from auth_settings) and a line saying how it was made."""
+def configuration(auth, environ=None, home=None, serviceaccount_dir=SERVICEACCOUNT_DIR, temp_dir=None):
+    """A kubernetes.client.Configuration for ``auth`` (from auth_settings) and a line saying how it was made.
+
+    ``temp_dir``: the directory (or a callable that makes it, called only when a kubeconfig is loaded)
+    a kubeconfig's inline data are written into; the caller removes it when done with the
+    configuration (``connect`` does: ``Client.close``)."""
     try:
         from kubernetes import client as kclient, config as kconfig  # pylint: disable=import-outside-toplevel
         from kubernetes.config import incluster_config  # pylint: disable=import-outside-toplevel
@@ -206,7 +239,7 @@ def configuration(auth, environ=None, home=None, serviceaccount_dir=SERVICEACCOU
         how = "host %s with %s" % (auth["host"], "a bearer token" if auth.get("api_key") else "a client certificate")
     elif given("kubeconfig") or given("context"):
         kubeconfig = auth.get("kubeconfig") or default_kubeconfig(env, home)
-        _load_kubeconfig(config, kubeconfig, auth.get("context"))
+        _load_kubeconfig(config, kubeconfig, auth.get("context"), temp_dir)
         how = _describe_kubeconfig(kubeconfig, auth.get("context"))
     else:
         loader = incluster_config.InClusterConfigLoader(
@@ -218,7 +251,7 @@ def configuration(auth, environ=None, home=None, serviceaccount_dir=SERVICEACCOU
         except kconfig.ConfigException as incluster_exc:
             kubeconfig = default_kubeconfig(env, home)
             try:
-                _load_kubeconfig(config, kubeconfig, None)
+                _load_kubeconfig(config, kubeconfig, None, temp_dir)
             except K8sError as exc:
                 raise K8sError(
                     "no Kubernetes connection: no host with api_key (options or K8S_AUTH_HOST and "
@@ -245,7 +278,8 @@ class Client(object):
 
     TIMEOUT = (10, 60)   # connect, read seconds
 
-    def __init__(self, api_client, how="", secrets=(), impersonate_user=None, impersonate_groups=None):
+    def __init__(self, api_client, how="", secrets=(), impersonate_user=None, impersonate_groups=None,
+                 temp_dirs=()):
         from kubernetes.client import exceptions  # pylint: disable=import-outside-toplevel
 
         self._exc = exceptions.ApiException
@@ -255,6 +289,27 @@ class Client(object):
         self.secrets = [s for s in secrets if s]
         self._impersonate_user = impersonate_user
         self._impersonate_groups = list(impersonate_groups or [])
+        self._temp_dirs = list(temp_dirs)
+
+    def close(self):
+        """Close the connections and remove the files the kubeconfig loader wrote for this client.
+
+        Only the private directories ``connect`` made (or shares with another open client) go, never
+        a file the user named. Idempotent; call it in ``finally`` (or use ``with``)."""
+        dirs, self._temp_dirs = self._temp_dirs, []
+        try:
+            self._client.close()   # the ApiClient's thread pool, when one was started
+            pool = getattr(getattr(self._client, "rest_client", None), "pool_manager", None)
+            if pool is not None:
+                pool.clear()       # open sockets
+        finally:
+            _release(dirs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        self.close()
 
     def _headers(self, content_type=None):
         try:
@@ -322,19 +377,94 @@ class Client(object):
         return doc
 
 
+# Private directories of open Clients (the loader's inline data) -> how many open Clients use each.
+# One lock serialises loading and removing: the loader keeps one file per distinct content for the
+# whole process (see _loader_cache), so a second Client with the same inline CA may be handed the
+# first Client's file; it then holds that directory too, and the directory goes with the last one.
+_LOCK = threading.RLock()
+_DIR_USERS = {}
+
+
+def _loader_cache():
+    """The loader's content -> temp file map, or None when the package no longer has one.
+
+    ``kubernetes.config.kube_config._temp_files`` is private. It is used for one thing only: to
+    forget the files a closed Client removed, so that a later load in the same process (an Ansible
+    loop runs every item in one worker) writes them anew instead of handing out a removed path
+    (kubernetes 28 and older do not check that a remembered file still exists).
+    tests/unit/plugins/plugin_utils/test_k8s_tempfiles.py fails if the package changes it."""
+    try:
+        from kubernetes.config import kube_config  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    cache = getattr(kube_config, "_temp_files", None)
+    return cache if isinstance(cache, dict) else None
+
+
+def _hold_shared(config, own):
+    """Take a hold on every other open Client's directory that ``config`` names a file in."""
+    held = []
+    for path in (config.ssl_ca_cert, config.cert_file, config.key_file):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(str(path)))
+        if folder != own and folder in _DIR_USERS and folder not in held:
+            _DIR_USERS[folder] += 1
+            held.append(folder)
+    return held
+
+
+def _release(dirs):
+    """Drop one hold on each directory; the last one removes it and the loader's memory of its files."""
+    with _LOCK:
+        for folder in dirs:
+            if folder not in _DIR_USERS:
+                continue
+            _DIR_USERS[folder] -= 1
+            if _DIR_USERS[folder] > 0:
+                continue
+            del _DIR_USERS[folder]
+            shutil.rmtree(folder, ignore_errors=True)
+            cache = _loader_cache()
+            if cache is not None:
+                prefix = folder + os.sep
+                for key in [k for k, v in cache.items() if isinstance(v, str) and v.startswith(prefix)]:
+                    del cache[key]
+
+
 def connect(params=None, environ=None, home=None, serviceaccount_dir=SERVICEACCOUNT_DIR):
-    """A Client resolved from the task's connection options (AUTH_ARG_SPEC names) and ``environ``."""
+    """A Client resolved from the task's connection options (AUTH_ARG_SPEC names) and ``environ``.
+
+    The caller must ``close()`` it (``finally``, or ``with connect(...) as client:``): that removes
+    the kubeconfig's inline CA, client certificate and key the loader wrote to disk for it."""
     auth, _sources = auth_settings(params, environ)
     secrets = secrets_of(auth)
-    try:
-        config, how = configuration(auth, environ, home, serviceaccount_dir)
-        from kubernetes import client as kclient  # pylint: disable=import-outside-toplevel
-        api_client = kclient.ApiClient(config)
-    except K8sError as exc:
-        raise K8sError(_mask(str(exc), secrets))
-    except Exception as exc:  # pylint: disable=broad-except  # bad TLS files, proxies: many types
-        raise K8sError(_mask("cannot set up the Kubernetes client: %s" % exc, secrets))
-    return Client(api_client, how, secrets, auth.get("impersonate_user"), auth.get("impersonate_groups"))
+    dirs = []
+
+    def private_dir():   # made only when a kubeconfig is loaded: host + token needs no file
+        if not dirs:
+            dirs.append(tempfile.mkdtemp(prefix="kubegpu-k8s-"))   # 0700, in TMPDIR
+            _DIR_USERS[dirs[0]] = 1
+        return dirs[0]
+
+    with _LOCK:
+        client = None
+        try:
+            try:
+                config, how = configuration(auth, environ, home, serviceaccount_dir, temp_dir=private_dir)
+                from kubernetes import client as kclient  # pylint: disable=import-outside-toplevel
+                api_client = kclient.ApiClient(config)
+            except K8sError as exc:
+                raise K8sError(_mask(str(exc), secrets))
+            except Exception as exc:  # pylint: disable=broad-except  # bad TLS files, proxies: many types
+                raise K8sError(_mask("cannot set up the Kubernetes client: %s" % exc, secrets))
+            dirs.extend(_hold_shared(config, dirs[0] if dirs else None))
+            client = Client(api_client, how, secrets, auth.get("impersonate_user"), auth.get("impersonate_groups"),
+                            temp_dirs=dirs)
+        finally:
+            if client is None:
+                _release(dirs)
+    return client
 
 
 def _mask(text, secrets):

@@ -221,6 +221,7 @@ def test_a_token_from_a_kubeconfig_is_masked_too(server, tmp_path):
         service.get(client, "v1", "nodes", "n1")
     assert "kc-secret-token" not in str(err.value) and "HTTP 401" in str(err.value)
     assert "kc-secret-token" in client.secrets
+    client.close()   # removes the private directory the kubeconfig was loaded with
 
 
 def test_an_unreachable_host_fails_cleanly(tmp_path):
