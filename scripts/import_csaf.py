@@ -15,8 +15,10 @@ never rewrites existing entries; review the diff (qualifiers in `notes` become c
 run the catalog tests, commit. See catalog/README.md.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -29,6 +31,7 @@ def _collection_path():
     if os.path.isdir(os.path.join(built, "ansible_collections", "kubegpu", "fleet")):
         return built
     tmp = tempfile.mkdtemp(prefix="kubegpu-csaf-")
+    atexit.register(shutil.rmtree, tmp, True)  # only a symlink and two directories: nothing of ours is lost
     os.makedirs(os.path.join(tmp, "ansible_collections", "kubegpu"))
     os.symlink(REPO, os.path.join(tmp, "ansible_collections", "kubegpu", "fleet"))
     return tmp

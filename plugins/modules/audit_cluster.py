@@ -31,7 +31,7 @@ description:
     connects anywhere.
   - Runs on the controller only; it never connects to a host.
 requirements:
-  - kubernetes >= 24.2.0 (Python, on the controller; only to read the API)
+  - kubernetes >= 25.3.0 (Python, on the controller; only to read the API)
 options:
   nodes:
     description:

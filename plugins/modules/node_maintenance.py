@@ -35,7 +35,7 @@ description:
     C(kubernetes.core) tasks of a play the same identity - an AWX job's Kubernetes bearer token
     credential included.
 requirements:
-  - kubernetes >= 24.2.0 (Python, on the controller)
+  - kubernetes >= 25.3.0 (Python, on the controller)
 options:
   name:
     description: Name of the Node.

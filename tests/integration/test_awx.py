@@ -37,7 +37,7 @@ def test_builder_introspects_and_creates_context(built_collection, tmp_path):
     cols = tmp_path / "collections"
     run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "--force", "-p", str(cols), built_collection])
     intro = run([os.path.join(BIN, "ansible-builder"), "introspect", str(cols)]).stdout
-    assert "kubernetes>=24.2.0" in intro and "kubegpu.fleet" in intro
+    assert "kubernetes>=25.3.0" in intro and "kubegpu.fleet" in intro
     assert "openssh-client [platform:dpkg]" in intro
     ctx_src = tmp_path / "ee"
     shutil.copytree(os.path.join(REPO, "tests", "integration", "ee"), str(ctx_src))
