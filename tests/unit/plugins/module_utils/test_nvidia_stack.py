@@ -13,51 +13,11 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
 
 # What nvidia-ctk 1.17.8 writes at package install (postinst: nvidia-ctk config --in-place);
-# internal/config/toml_test.go of v1.17.8 (ldconfig as on Debian/Ubuntu).
-DEFAULT_CONFIG_1_17_8 = """\
-#accept-nvidia-visible-devices-as-volume-mounts = false
-#accept-nvidia-visible-devices-envvar-when-unprivileged = true
-disable-require = false
-supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"
-#swarm-resource = "DOCKER_RESOURCE_GPU"
-
-[nvidia-container-cli]
-#debug = "/var/log/nvidia-container-toolkit.log"
-environment = []
-#ldcache = "/etc/ld.so.cache"
-ldconfig = "@/sbin/ldconfig.real"
-load-kmods = true
-#no-cgroups = false
-#path = "/usr/bin/nvidia-container-cli"
-#root = "/run/nvidia/driver"
-#user = "root:video"
-
-[nvidia-container-runtime]
-#debug = "/var/log/nvidia-container-runtime.log"
-log-level = "info"
-mode = "auto"
-runtimes = ["docker-runc", "runc", "crun"]
-
-[nvidia-container-runtime.modes]
-
-[nvidia-container-runtime.modes.cdi]
-annotation-prefixes = ["cdi.k8s.io/"]
-default-kind = "nvidia.com/gpu"
-spec-dirs = ["/etc/cdi", "/var/run/cdi"]
-
-[nvidia-container-runtime.modes.csv]
-mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
-
-[nvidia-container-runtime.modes.legacy]
-cuda-compat-mode = "ldconfig"
-
-[nvidia-container-runtime-hook]
-path = "nvidia-container-runtime-hook"
-skip-mode-detection = false
-
-[nvidia-ctk]
-path = "nvidia-ctk"
-"""
+# internal/config/toml_test.go of v1.17.8 (ldconfig as on Debian/Ubuntu). One copy, shared with
+# the toolkit_config tests: tests/fixtures/nvidia-container-toolkit/config-1.17.8.toml.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures",
+                       "nvidia-container-toolkit", "config-1.17.8.toml")) as _f:
+    DEFAULT_CONFIG_1_17_8 = _f.read()
 
 MITIGATED_CDI = DEFAULT_CONFIG_1_17_8.replace('mode = "auto"', 'mode = "cdi"').replace(
     'runtimes = ["docker-runc", "runc", "crun"]', 'runtimes = ["crun", "runc"]') + \
