@@ -27,7 +27,8 @@ class ActionModule(ActionBase):
     _requires_connection = True
 
     ARGSPEC = {
-        "path": {"type": "path", "default": "/etc/nvidia-container-runtime/config.toml"},
+        # str, not path: "~" and variables are the node's, the module (type path) expands them there
+        "path": {"type": "str", "default": "/etc/nvidia-container-runtime/config.toml"},
         "settings": {"type": "dict", "required": True},
         "backup": {"type": "bool", "default": True},
     }

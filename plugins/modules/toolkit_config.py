@@ -35,9 +35,9 @@ description:
     the new content is written to a temp file and renamed over the file (atomic).
   - Nothing is restarted; the caller restarts the container runtime when the task reports a change
     (new containers read the file when they start).
-  - Run without its action plugin (the module alone, for instance with C(ansible.builtin.script)
-    or a copied AnsiballZ payload), the module changes nothing when it gets O(settings) without
-    O(content) and fails saying that the action plugin does the edit.
+  - Run without its action plugin (the module file executed on its own, or a copied AnsiballZ
+    payload), the module changes nothing when it gets O(settings) without O(content) and fails
+    saying that the action plugin does the edit.
 author:
   - kubegpu.fleet maintainers (@kubegpu)
 extends_documentation_fragment:
