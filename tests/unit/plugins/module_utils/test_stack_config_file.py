@@ -88,4 +88,3 @@ def test_write_refuses_oversized_content(conf):
     with pytest.raises(cf.ConfigFileError) as e:
         cf.write_config(str(conf), "#" * (cf.LIMIT + 1), sha(TEXT))
     assert "refusing to write" in str(e.value) and conf.read_text() == TEXT
-
