@@ -38,6 +38,7 @@ def test_builder_introspects_and_creates_context(built_collection, tmp_path):
     run([os.path.join(BIN, "ansible-galaxy"), "collection", "install", "--no-deps", "--force", "-p", str(cols), built_collection])
     intro = run([os.path.join(BIN, "ansible-builder"), "introspect", str(cols)]).stdout
     assert "kubernetes>=25.3.0" in intro and "kubegpu.fleet" in intro
+    assert "tomlkit>=" in intro  # toolkit_config edits config.toml on the controller
     assert "openssh-client [platform:dpkg]" in intro
     ctx_src = tmp_path / "ee"
     shutil.copytree(os.path.join(REPO, "tests", "integration", "ee"), str(ctx_src))
