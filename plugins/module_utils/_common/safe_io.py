@@ -212,7 +212,24 @@ def _become_subreaper():
         return False
 
 
-def _children_of(ppid, proc="/proc"):
+# Fields of ``<proc>/<pid>/stat`` counted after the state (field 0): 1 ppid, 2 pgrp, 3 session.
+STAT_PPID = 1
+STAT_PGRP = 2
+STAT_SESSION = 3
+# A stat line is a few hundred bytes (comm is at most 64); a bigger file is not procfs.
+STAT_LIMIT = 8192
+
+
+def live_processes(field, value, proc="/proc"):
+    """Sorted pids of live processes whose ``<proc>/<pid>/stat`` field ``field`` (counted after
+    the state: :data:`STAT_PPID`, :data:`STAT_PGRP`, :data:`STAT_SESSION`) equals ``value``.
+
+    Zombie (``Z``) and dead (``X``/``x``) processes are skipped. Only directories named by ASCII
+    digits are read; each stat file is read through :func:`read_bytes` (bounded, non-blocking,
+    regular files only), so a FIFO or an oversized file is skipped rather than read. The command
+    name may hold spaces and parentheses: the fields are taken after the last ``)``. Reads only:
+    it never runs a command, so :func:`run_command`'s reaper can call it.
+    """
     out = []
     try:
         names = os.listdir(proc)
@@ -222,17 +239,24 @@ def _children_of(ppid, proc="/proc"):
         if not is_ascii_digits(name):
             continue
         try:
-            with open(os.path.join(proc, name, "stat"), "rb") as f:
-                data = f.read(4096)
-        except (IOError, OSError):
+            data = read_bytes(os.path.join(proc, name, "stat"), limit=STAT_LIMIT)
+        except (UnsafeInput, IOError, OSError):
+            continue  # gone meanwhile, unreadable, or not a procfs stat file
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
+        close = data.rfind(b")")
+        if close < 0:
             continue
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = data[close + 1:].split()
         try:
-            if int(fields[1]) == ppid and fields[0] not in (b"Z", b"X"):
+            if fields[0] not in (b"Z", b"X", b"x") and int(fields[field]) == value:
                 out.append(int(name))
         except (IndexError, ValueError):
             continue
-    return out
+    return sorted(out)
+
+
+def _children_of(ppid, proc="/proc"):
+    return live_processes(STAT_PPID, ppid, proc)
 
 
 def _reap_orphans(known):
@@ -352,4 +376,5 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
 
 __all__ = ["UnsafeInput", "TooLarge", "CommandTimeout", "CommandResult", "read_bytes", "read_text",
            "try_read_text", "check_timeout", "check_unit_name", "check_package_name",
-           "check_path", "run_command", "DEFAULT_LIMIT"]
+           "check_path", "run_command", "DEFAULT_LIMIT", "live_processes", "STAT_PPID",
+           "STAT_PGRP", "STAT_SESSION"]

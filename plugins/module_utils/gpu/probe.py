@@ -133,39 +133,14 @@ def _try_reap(pid, grace):
         delay = min(delay * 2, 0.05)
 
 
-def _live_processes(field, value, proc="/proc"):
-    """Live (not zombie) processes whose stat field ``field`` (1 ppid, 3 session, counted after
-    the state) equals ``value``, from ``<proc>/<pid>/stat``."""
-    out = []
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            data = safe_io.read_bytes(os.path.join(proc, name, "stat"), limit=8192)
-        except (safe_io.UnsafeInput, IOError, OSError):
-            continue
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
-        fields = data[data.rfind(b")") + 2:].split()
-        try:
-            if int(fields[field]) == value and fields[0] not in (b"Z", b"X"):
-                out.append(int(name))
-        except (IndexError, ValueError):
-            continue
-    return sorted(out)
-
-
 def session_members(sid, proc="/proc"):
     """Live (not zombie) processes of session ``sid``, from ``<proc>/<pid>/stat``."""
-    return _live_processes(3, sid, proc)
+    return safe_io.live_processes(safe_io.STAT_SESSION, sid, proc)
 
 
 def children_of(ppid, proc="/proc"):
     """Live (not zombie) children of ``ppid``."""
-    return _live_processes(1, ppid, proc)
+    return safe_io.live_processes(safe_io.STAT_PPID, ppid, proc)
 
 
 def become_subreaper():
