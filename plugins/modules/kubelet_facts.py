@@ -426,12 +426,10 @@ def main():
     )
     require_yaml(module, "to read the KubeletConfiguration and its drop-ins")
     try:
-        result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path)
+        result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path,
+                                   module.warn)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
-    for imp in result["ansible_facts"]["kubelet"]["impostors"]:
-        module.warn("process %s is named kubelet but is not the kubelet (uid %s, executable %s): "
-                    "%s; ignored" % (imp["pid"], imp["uid"], imp["exe"], imp["why"]))
     module.exit_json(**result)
 
 

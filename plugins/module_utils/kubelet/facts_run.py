@@ -76,11 +76,12 @@ def kubelet_facts_validate(params):
         raise ProbeFailed(str(e))
 
 
-def kubelet_facts_run(params, run_command, get_bin_path):
+def kubelet_facts_run(params, run_command, get_bin_path, warn=None):
     """kubelet_facts: ``{"changed": False, "ansible_facts": {"kubelet": facts}}``.
 
     ``params`` may omit the newer options (``kubelet_package``, ``timeout``, ``node_version``):
-    audit_node passes the original ones."""
+    audit_node passes the original ones. ``warn(msg)``, when given, is called once per process
+    named kubelet that is not the kubelet (``facts["impostors"]``); the module passes its own."""
     params = dict(params)
     kubelet_facts_validate(params)
     proc_path = params["proc_path"]
@@ -100,4 +101,8 @@ def kubelet_facts_run(params, run_command, get_bin_path):
                                  package=params.get("kubelet_package") or DEFAULT_PACKAGE,
                                  node_version=params.get("node_version"))
     facts["allocation_log"] = kubelet_allocation_log(params, run_command, get_bin_path)
+    if warn is not None:
+        for imp in facts["impostors"]:
+            warn("process %s is named kubelet but is not the kubelet (uid %s, executable %s): "
+                 "%s; ignored" % (imp["pid"], imp["uid"], imp["exe"], imp["why"]))
     return dict(changed=False, ansible_facts={"kubelet": facts})
