@@ -248,25 +248,25 @@ def _validate_stack(node, where):
 
 
 def toolkit_config_text(text, mode):
-    """The package's config.toml with ``nvidia-container-runtime.mode`` set to ``mode`` (the
-    line edited in place, or added to the table), other lines untouched."""
-    out, in_table, done = [], False, False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("["):
-            if in_table and not done:
-                out.append('mode = "%s"' % mode)
-                done = True
-            in_table = stripped == "[nvidia-container-runtime]"
-        elif in_table and re.match(r"^mode\s*=", stripped):
-            line = 'mode = "%s"' % mode
-            done = True
-        out.append(line)
-    if not done:
-        if not in_table:
-            out += ["", "[nvidia-container-runtime]"]
-        out.append('mode = "%s"' % mode)
-    return "\n".join(out) + "\n"
+    """The package's config.toml with ``nvidia-container-runtime.mode`` set to ``mode``, as
+    ``nvidia-ctk config --in-place --set nvidia-container-runtime.mode=<mode>`` sets it: a TOML
+    edit (tomlkit) that keeps every other key, comment and table of the file as it was; the
+    ``[nvidia-container-runtime]`` table is added when the file has none. LabError for a file that
+    is not TOML or whose ``nvidia-container-runtime`` is not a table."""
+    import tomlkit  # a development requirement (requirements-dev.txt), like the rest of the lab
+    from tomlkit.exceptions import TOMLKitError
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as e:
+        raise LabError("the toolkit's config.toml is not TOML: %s" % e)
+    table = doc.get("nvidia-container-runtime")
+    if table is None:
+        table = tomlkit.table()
+        doc["nvidia-container-runtime"] = table
+    elif not isinstance(table, dict):
+        raise LabError("the toolkit's config.toml: nvidia-container-runtime is %r, not a table" % (table,))
+    table["mode"] = mode
+    return tomlkit.dumps(doc)
 
 
 def cdi_spec_text(gpu_count):

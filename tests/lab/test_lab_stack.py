@@ -13,6 +13,7 @@ security.container-toolkit and not applicable on the CDI node.
 import copy
 import os
 import sys
+import tomllib
 
 import pytest
 import yaml
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.join(REPO, "lab", "node", "lib"))
 from kubegpu_lab import profiles  # noqa: E402  pylint: disable=wrong-import-position
 from kubegpu_lab.util import LabError  # noqa: E402  pylint: disable=wrong-import-position
 from kubegpu_lab_node import hw  # noqa: E402  pylint: disable=wrong-import-position
+from lib.paths import TOOLKIT_CONFIG  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts as nvidia_stack  # noqa: E402
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, findings_stack  # noqa: E402
@@ -52,14 +54,26 @@ def test_profile_stack_keys_are_validated(node, message):
 
 
 def test_toolkit_mode_edit_keeps_the_rest():
-    with open(os.path.join(REPO, "lab", "packages", "files", "config.toml")) as f:
+    """runtime.toolkit_mode is a TOML edit of the real packaged file (mode = "auto"): only the
+    mode line changes; a file without the key or without the table gets them."""
+    with open(TOOLKIT_CONFIG) as f:
         text = f.read()
-    out = profiles.toolkit_config_text(text, "cdi")
-    assert out.count("mode = ") == 1 and 'mode = "cdi"' in out
-    assert [line for line in out.splitlines() if "mode" not in line] == \
-        [line for line in text.splitlines() if "mode" not in line]
-    assert profiles.toolkit_config_text("disable-require = false\n", "cdi").endswith(
-        '[nvidia-container-runtime]\nmode = "cdi"\n')
+    assert tomllib.loads(text)["nvidia-container-runtime"]["mode"] == "auto"
+    for mode in ("legacy", "cdi"):
+        want = tomllib.loads(text)
+        want["nvidia-container-runtime"]["mode"] = mode
+        out = profiles.toolkit_config_text(text, mode)
+        assert tomllib.loads(out) == want
+        assert len(out.splitlines()) == len(text.splitlines())
+        assert [(a, b) for a, b in zip(text.splitlines(), out.splitlines()) if a != b] == \
+            [('mode = "auto"', 'mode = "%s"' % mode)]
+        without_key = profiles.toolkit_config_text(text.replace('mode = "auto"\n', ""), mode)
+        assert tomllib.loads(without_key) == want
+    assert tomllib.loads(profiles.toolkit_config_text("disable-require = false\n", "cdi")) == \
+        {"disable-require": False, "nvidia-container-runtime": {"mode": "cdi"}}
+    for bad in ("nvidia-container-runtime = 1\n", "[nvidia-container-runtime\n"):
+        with pytest.raises(LabError):
+            profiles.toolkit_config_text(bad, "cdi")
 
 
 def test_cdi_spec_shape():

@@ -22,3 +22,7 @@ def _collections_root(repo):
 
 # Put this first on a child process's sys.path to import ansible_collections.kubegpu.fleet.
 COLLECTIONS_ROOT = _collections_root(REPO)
+
+# The container toolkit's packaged config.toml (1.17.8, sourced in lab/packages/files/README.md):
+# the file the lab's toolkit packages install, read by the tests as the real default.
+TOOLKIT_CONFIG = os.path.join(REPO, "lab", "packages", "files", "config.toml")

@@ -1,6 +1,6 @@
 """kubegpu.fleet.toolkit_config through ansible-playbook (its action plugin edits on the
 controller with tomlkit, the node module reads and writes; AnsiballZ, argument spec, check and
-diff mode) on a copy of the packaged config.toml (tests/fixtures/nvidia-container-toolkit), and
+diff mode) on a copy of the packaged config.toml (lab/packages/files/config.toml), and
 the node module run on its own, without the action plugin."""
 import base64
 import hashlib
@@ -11,8 +11,9 @@ import subprocess
 import sys
 import tomllib
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "nvidia-container-toolkit",
-                       "config-1.17.8.toml")
+from lib.paths import TOOLKIT_CONFIG  # tests/ is on sys.path (tests/conftest.py)
+
+FIXTURE = TOOLKIT_CONFIG
 with open(FIXTURE) as _f:
     CONFIG = _f.read()
 HOOK = "features.disable-cuda-compat-lib-hook"

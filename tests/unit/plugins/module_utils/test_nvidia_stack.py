@@ -11,12 +11,12 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts a
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import parse_dpkg_query, parse_rpm_query
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
+from ansible_collections.kubegpu.fleet.tests.lib.paths import TOOLKIT_CONFIG
 
 # What nvidia-ctk 1.17.8 writes at package install (postinst: nvidia-ctk config --in-place);
 # internal/config/toml_test.go of v1.17.8 (ldconfig as on Debian/Ubuntu). One copy, shared with
-# the toolkit_config tests: tests/fixtures/nvidia-container-toolkit/config-1.17.8.toml.
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures",
-                       "nvidia-container-toolkit", "config-1.17.8.toml")) as _f:
+# the toolkit_config tests and the lab's toolkit packages: lab/packages/files/config.toml.
+with open(TOOLKIT_CONFIG) as _f:
     DEFAULT_CONFIG_1_17_8 = _f.read()
 
 MITIGATED_CDI = DEFAULT_CONFIG_1_17_8.replace('mode = "auto"', 'mode = "cdi"').replace(

@@ -1,6 +1,6 @@
 """Controller-side edits of the NVIDIA Container Toolkit's config.toml
 (plugins/plugin_utils/toolkit_config_edit.py): real tomlkit on the file the 1.17.8 package writes
-(tests/fixtures/nvidia-container-toolkit/config-1.17.8.toml), the result parsed back by the real
+(lab/packages/files/config.toml, sourced in the README beside it), the result parsed back by the real
 tomllib."""
 import hashlib
 import importlib.util
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config_edit as tce
+from ansible_collections.kubegpu.fleet.tests.lib.paths import TOOLKIT_CONFIG
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fixtures",
-                       "nvidia-container-toolkit", "config-1.17.8.toml")
+FIXTURE = TOOLKIT_CONFIG
 with open(FIXTURE) as _f:
     CONFIG = _f.read()
 HOOK = "features.disable-cuda-compat-lib-hook"
