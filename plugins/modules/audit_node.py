@@ -60,6 +60,17 @@ options:
     description: Root of the NVIDIA driver userspace (C(/run/nvidia/driver) with the GPU Operator).
     type: path
     default: /
+  root:
+    description:
+      - Root of the node's filesystem, V(/host) from a container that mounts the host at C(/host).
+      - The driver_guard probe reads the package database under it (M(kubegpu.fleet.driver_guard)
+        O(kubegpu.fleet.driver_guard#module:package_root)); the stack_facts probe the package database,
+        C(<root>/etc/nvidia-container-runtime/config.toml), the CDI spec directories and the
+        runtime binaries (M(kubegpu.fleet.stack_facts) O(kubegpu.fleet.stack_facts#module:root)).
+      - The action plugin parses that config.toml on the controller from the text the node read
+        under this root.
+    type: path
+    default: /
   backend:
     description:
       - How gpu_facts asks the driver, as M(kubegpu.fleet.gpu_facts) O(kubegpu.fleet.gpu_facts#module:backend).
@@ -199,6 +210,7 @@ EXAMPLES = r"""
 
 - name: Audit a GPU Operator node from a container that mounts the host at /host
   kubegpu.fleet.audit_node:
+    root: /host
     proc_path: /host/proc
     dev_path: /host/dev
     driver_root: /host/run/nvidia/driver

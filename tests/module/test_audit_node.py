@@ -13,12 +13,14 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import shutil
 import sys
 import time
 
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import NAMES, REGISTRY, audit_argument_spec
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils import test_nvidia_stack as stack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))
@@ -112,7 +114,8 @@ def node(tmp_path, driver):
 ROLE_VARS = {"kubegpu_proc_path": "proc_path", "kubegpu_nvidia_proc_path": "nvidia_proc_path",
              "kubegpu_dev_path": "dev_path", "kubegpu_driver_root": "driver_root", "kubegpu_cgroup_root": "cgroup_root",
              "kubegpu_cgroup_mode": "cgroup_mode", "kubegpu_gpu_probe_timeout": "timeout",
-             "kubegpu_kubelet_config_path": "kubelet_config_path", "kubegpu_catalog_extra": "catalog_extra"}
+             "kubegpu_kubelet_config_path": "kubelet_config_path", "kubegpu_catalog_extra": "catalog_extra",
+             "kubegpu_host_root": "root"}
 
 
 def _module_params(probe, play_vars, probes):
@@ -239,6 +242,39 @@ def test_healthy_node_same_results_and_findings(ansible, node):
     assert single["node"]["failed_probes"] == []
     # The action plugin sets the facts gpu_facts and kubelet_facts set.
     assert single["node"]["ansible_facts"]["nvidia"] == nv
+
+
+TOOLKIT_PACKAGES = [("nvidia-container-toolkit", "1.17.7-1"), ("nvidia-container-toolkit-base", "1.17.7-1"),
+                    ("libnvidia-container1", "1.17.7-1"), ("libnvidia-container-tools", "1.17.7-1")]
+
+
+@pytest.mark.skipif(not shutil.which("dpkg-query"), reason="needs dpkg-query")
+def test_host_root_reaches_the_stack_and_driver_probes(ansible, node, tmp_path):
+    """kubegpu_host_root (audit_node's root): the stack probe reads the dpkg database, config.toml
+    and runtime binaries under it, the action plugin parses that config.toml on the controller,
+    and driver_guard reads the same package database - as the single modules do with it."""
+    node.setup([fakenvml.gpu(0)])
+    root = stack.dpkg_root(tmp_path, TOOLKIT_PACKAGES, stack.MITIGATED_CDI)
+    stack.put(root, "usr/bin/crun", "#!/bin/sh\n", 0o755)
+    five, single, _s = run_both(ansible, node, kubegpu_host_root=str(root))
+    probes = assert_same(five, single)
+    tk = probes["stack_facts"]["ansible_facts"]["nvidia_stack"]["container_toolkit"]
+    assert tk["installed"] is True and tk["version"] == "1.17.7"
+    assert tk["config_path"] == os.path.join(str(root), "etc", "nvidia-container-runtime", "config.toml")
+    # parsed on the controller from the text read under the root (mode "cdi", runtimes crun first)
+    assert "config_text" not in tk and tk["config_error"] is None
+    assert tk["config"]["mode"] == "cdi" and tk["injection_mode"] == "cdi" and tk["runtime"] == "crun"
+    assert tk["cuda_compat_hook_disabled"] is True
+    assert single["node"]["ansible_facts"]["nvidia_stack"]["container_toolkit"] == tk
+    dg = probes["driver_guard"]
+    assert dg["package_manager"] == "dpkg" and dg["package_query_error"] is None
+    assert sorted(p["name"] for p in dg["packages"]) == sorted(n for n, _v in TOOLKIT_PACKAGES)
+    # The findings are evaluated from those facts: the toolkit under the root, with the hook
+    # setting its config.toml holds.
+    found = dict((f["id"], f) for f in single["audit"]["findings"])
+    assert found["security.container-toolkit"]["evidence"]["version"] == "1.17.7"
+    assert found["security.container-toolkit"]["evidence"]["cuda_compat_hook_disabled"] is True
+    assert found["defect.container-toolkit"]["evidence"]["version"] == "1.17.7"
 
 
 def test_hung_nvml_init_times_out_and_skips_the_checkpoint(ansible, node):

@@ -22,6 +22,9 @@ A probe entry (:class:`Probe`):
     ``{audit_node option: probe option}``: audit_node options that set this probe's options.
     An audit_node option shared by several probes (``dev_path``) takes its spec from the
     first probe that declares it; :data:`AUDIT_FALLBACKS` lists options that default to another.
+    ``root`` (the node's filesystem root, ``/host`` from a container) is driver_guard's
+    ``package_root`` and stack_facts' ``root``: both read the package database, and
+    stack_facts the toolkit's config.toml, CDI specs and runtime binaries, under it.
 ``chain(results, audit_params)``
     Parameters taken from earlier probes' results (``results``: name -> result so far); may
     raise ProbeFailed (the probe then fails like its module would, for that input).
@@ -215,7 +218,8 @@ REGISTRY = (
           audit_options={"proc_path": "proc_path"}, chain=_chain_kubelet_facts),
     Probe("driver_guard", probe_options.DRIVER_GUARD, _run_driver_guard, ctx_key="driver_guard",
           audit_options={"nvidia_proc_path": "proc_path", "dev_path": "dev_path", "driver_root": "driver_root",
-                         "timeout": "timeout", "catalog_extra": "catalog_extra", "_catalog": "_catalog"},
+                         "root": "package_root", "timeout": "timeout", "catalog_extra": "catalog_extra",
+                         "_catalog": "_catalog"},
           chain=_chain_driver_guard),
     Probe("checkpoint_sync", probe_options.CHECKPOINT_SYNC, _run_checkpoint_sync, ctx_key="checkpoint",
           chain=_chain_checkpoint_sync, skip=_skip_checkpoint_sync, audit_options={}),
@@ -224,7 +228,8 @@ REGISTRY = (
                          "cgroup_mode": "mode"},
           skip=_skip_cgroup_devices),
     Probe("stack_facts", probe_options.STACK_FACTS, _run_stack_facts, ctx_key="stack", facts="nvidia_stack",
-          audit_options={"nvidia_proc_path": "proc_path", "dev_path": "dev_path", "sys_path": "sys_path"}),
+          audit_options={"root": "root", "nvidia_proc_path": "proc_path", "dev_path": "dev_path",
+                         "sys_path": "sys_path"}),
 )
 
 NAMES = tuple(p.name for p in REGISTRY)
