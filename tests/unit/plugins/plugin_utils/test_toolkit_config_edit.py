@@ -4,7 +4,6 @@
 tomllib."""
 import hashlib
 import importlib.util
-import os
 import sys
 import tomllib
 
