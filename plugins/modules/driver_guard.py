@@ -455,17 +455,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as driver_pins
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import bounded_runner
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import VERDICT_KNOWN_BAD
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.guard_run import (
-    DRIVER_GUARD_ENVIRON,
-    PinError,
-    driver_guard_evaluate,
-    driver_guard_pinned,
-    enforce_message,
-)
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.guard_run import run_driver_guard
 
 
 def main():
@@ -485,31 +475,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
-    p = module.params
-    try:
-        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
-                                                   minimum=0.001),
-                             environ_update=DRIVER_GUARD_ENVIRON)
-    except safe_io.UnsafeInput as e:
-        module.fail_json(msg=str(e))
-    try:
-        result, entries, ev, node = driver_guard_evaluate(p, run, module.get_bin_path, module.warn)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-
-    if p["state"] == "enforce" and ev["verdict"] == VERDICT_KNOWN_BAD:
-        result["msg"] = enforce_message(ev, node)
-        module.fail_json(**result)
-    if p["state"] == "pinned":
-        try:
-            driver_guard_pinned(p, entries, node, result, module.get_bin_path, run,
-                                module.check_mode, module._diff)
-        except PinError as e:
-            out = dict(result)
-            out["msg"] = str(e)
-            module.fail_json(**out)
-    module.exit_json(**result)
+    run_driver_guard(module)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """kubegpu.fleet.driver_guard's logic: the evaluation (``driver_guard_evaluate``, also the audit
-probe) and ``state=pinned`` (``driver_guard_pinned``); the module file is only the interface.
+probe), ``state=pinned`` (``driver_guard_pinned``) and the module's body (``run_driver_guard``); the
+module file is only the interface.
 
 Node side: Python 3.8+. See node_probes.py for the calling convention.
 """
@@ -15,6 +16,7 @@ import shutil
 import tempfile
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
+    VERDICT_KNOWN_BAD,
     CatalogError,
     driver_defects,
     evaluate,
@@ -22,6 +24,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog impor
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
     NodeInputError,
+    bounded_runner,
     gather_node,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
@@ -283,3 +286,31 @@ def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_
                           "before_header": path if old is not None else "%s (absent)" % path,
                           "after_header": path}
     return result
+
+
+def run_driver_guard(module):
+    """kubegpu.fleet.driver_guard: evaluate, then enforce or pin; exits or fails ``module``."""
+    module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
+    p = module.params
+    try:
+        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
+                                                   minimum=0.001),
+                             environ_update=DRIVER_GUARD_ENVIRON)
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg=str(e))
+    try:
+        result, entries, ev, node = driver_guard_evaluate(p, run, module.get_bin_path, module.warn)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    if p["state"] == "enforce" and ev["verdict"] == VERDICT_KNOWN_BAD:
+        result["msg"] = enforce_message(ev, node)
+        module.fail_json(**result)
+    if p["state"] == "pinned":
+        try:
+            driver_guard_pinned(p, entries, node, result, module.get_bin_path, run,
+                                module.check_mode, module._diff)
+        except PinError as e:
+            out = dict(result)
+            out["msg"] = str(e)
+            module.fail_json(**out)
+    module.exit_json(**result)
