@@ -24,8 +24,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog impor
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
     NodeInputError,
-    bounded_runner,
     gather_node,
+    module_runner,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import (
     compute_utils_status,
@@ -290,14 +290,8 @@ def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_
 
 def run_driver_guard(module):
     """kubegpu.fleet.driver_guard: evaluate, then enforce or pin; exits or fails ``module``."""
-    module.run_command_environ_update = dict(DRIVER_GUARD_ENVIRON)
     p = module.params
-    try:
-        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
-                                                   minimum=0.001),
-                             environ_update=DRIVER_GUARD_ENVIRON)
-    except safe_io.UnsafeInput as e:
-        module.fail_json(msg=str(e))
+    run = module_runner(module, DRIVER_GUARD_ENVIRON)
     try:
         result, entries, ev, node = driver_guard_evaluate(p, run, module.get_bin_path, module.warn)
     except ProbeFailed as e:

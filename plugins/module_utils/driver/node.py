@@ -68,6 +68,18 @@ def bounded_runner(timeout=COMMAND_TIMEOUT, environ_update=None, limit=COMMAND_O
     return run
 
 
+def module_runner(module, environ, **fail_result):
+    """:func:`bounded_runner` for a module's ``command_timeout`` option, with ``environ`` for every
+    command (also set as the module's ``run_command_environ_update``); a bad timeout fails the
+    module with ``fail_result``."""
+    module.run_command_environ_update = dict(environ)
+    try:
+        timeout = safe_io.check_timeout(module.params["command_timeout"], "command_timeout", minimum=0.001)
+    except safe_io.UnsafeInput as e:
+        module.fail_json(msg=str(e), **fail_result)
+    return bounded_runner(timeout, environ_update=environ)
+
+
 def check_version_option(name, value):
     """Return ``value`` when it parses as a driver version, else raise NodeInputError."""
     if value is None:

@@ -24,8 +24,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes 
     to_native_text,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.node import (
-    bounded_runner,
     list_packages,
+    module_runner,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (
     parse_nvidia_version,
@@ -193,16 +193,9 @@ def driver_upgrade_plan(params, run_command, get_bin_path, warn, diff=False):
 
 def run_driver_upgrade_plan(module):
     """kubegpu.fleet.driver_upgrade_plan: exits or fails ``module`` (read only: same in check mode)."""
-    module.run_command_environ_update = dict(UPGRADE_PLAN_ENVIRON)
-    p = module.params
+    run = module_runner(module, UPGRADE_PLAN_ENVIRON, changed=False, locks=[], kernel_module_version=None)
     try:
-        run = bounded_runner(safe_io.check_timeout(p["command_timeout"], "command_timeout",
-                                                   minimum=0.001),
-                             environ_update=UPGRADE_PLAN_ENVIRON)
-    except safe_io.UnsafeInput as e:
-        module.fail_json(msg=str(e), changed=False, locks=[], kernel_module_version=None)
-    try:
-        result = driver_upgrade_plan(p, run, module.get_bin_path, module.warn, diff=module._diff)
+        result = driver_upgrade_plan(module.params, run, module.get_bin_path, module.warn, diff=module._diff)
     except ProbeFailed as e:
         module.fail_json(msg=e.msg, **e.result)
     module.exit_json(**result)
