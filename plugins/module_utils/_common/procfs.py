@@ -91,17 +91,18 @@ def nvidia_gpu_major(devices):
 
 
 def parse_proc_modules(text):
-    """Parse /proc/modules into ``{name: {"size", "refcount", "state"}}``."""
+    """Parse /proc/modules into ``{name: {"size", "refcount", "state"}}``.
+
+    ``refcount`` is None where the kernel prints ``-``: a kernel built without
+    CONFIG_MODULE_UNLOAD (modules can never be unloaded) writes ``nvidia 14299136 - - Live
+    0xffffffffc0400000 (O)``; the module is loaded all the same."""
     out = {}
     for line in (text or "").splitlines():
         f = line.split()
-        if len(f) < 3:
+        if len(f) < 3 or not _is_decimal(f[1]) or not (f[2] == "-" or _is_decimal(f[2])):
             continue
-        try:
-            size = int(f[1])
-            refcount = int(f[2])
-        except ValueError:
-            continue
+        size = int(f[1])
+        refcount = None if f[2] == "-" else int(f[2])
         out[f[0]] = {"size": size, "refcount": refcount,
                      "state": f[4] if len(f) > 4 else "Live"}
     return out

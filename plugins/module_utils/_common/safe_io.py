@@ -84,9 +84,6 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
         regular = stat.S_ISREG(st.st_mode)
         if not regular and not (allow_char_device and stat.S_ISCHR(st.st_mode)):
             raise UnsafeInput("%s is %s; refusing to read it" % (path, _kind(st.st_mode)))
-        if regular and st.st_size > limit:
-            raise TooLarge("%s is %d bytes, more than the %d bytes this reads"
-                           % (path, st.st_size, limit))
         if regular:
             # Regular files never block; clear O_NONBLOCK so NFS and friends read normally.
             try:

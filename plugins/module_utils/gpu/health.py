@@ -35,7 +35,7 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 _UNSUPPORTED = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
 
 # nvmlMemoryErrorType_t / nvmlEccCounterType_t / nvmlPageRetirementCause_t
-_UNCORRECTED = 1
+_CORRECTED, _UNCORRECTED = 0, 1  # nvmlMemoryErrorType_t
 _VOLATILE, _AGGREGATE = 0, 1
 _CAUSE_MULTIPLE_SBE, _CAUSE_DBE = 0, 1
 # nvmlNvLinkErrorCounter_t: DL replay, DL recovery, CRC flit, CRC data, ECC data
@@ -277,6 +277,11 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
         total, ok = _call(pynvml, errors, "ecc_uncorrectable_" + key,
                           "nvmlDeviceGetTotalEccErrors", handle, _UNCORRECTED, counter)
         total = int(total) if ok else None
+        # nvidia-smi's <dram_correctable> + <sram_correctable> are this one total: both
+        # backends report the same count (an NVIDIA H100 with driver 580.159.04 gives 0 in both).
+        corrected, ok = _call(pynvml, errors, "ecc_correctable_" + key,
+                              "nvmlDeviceGetTotalEccErrors", handle, _CORRECTED, counter)
+        corrected = int(corrected) if ok else None
         sram_unc = None
         if sram is not None:
             sram_unc = (int(getattr(sram, key + "UncParity")) + int(getattr(sram, key + "UncSecDed")))
@@ -285,7 +290,7 @@ def nvml_health(pynvml, handle, max_links=MAX_NVLINKS):
             "dram_uncorrectable": (max(total - sram_unc, 0)
                                    if total is not None and sram_unc is not None else None),
             "sram_uncorrectable": sram_unc,
-            "uncorrectable": total, "correctable": None,
+            "uncorrectable": total, "correctable": corrected,
             "sram_threshold_exceeded": (bool(sram.bThresholdExceeded)
                                         if sram is not None and key == "aggregate" else None),
             "layout": "nvml"}

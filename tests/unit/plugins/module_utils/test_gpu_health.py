@@ -126,7 +126,8 @@ HEALTH_GPUS = [
     fakenvml.gpu(0, mig=False, health={
         "remapped_rows": {"correctable": 2, "uncorrectable": 1, "pending": True},
         "retired_pages": {"double_bit": 3, "pending": True},
-        "ecc": {"volatile_uncorrectable": 1, "aggregate_uncorrectable": 5},
+        "ecc": {"volatile_uncorrectable": 1, "aggregate_uncorrectable": 5,
+                "volatile_correctable": 11, "aggregate_correctable": 40},
         "nvlinks": [{"active": True}, {"active": True, "replay": 7, "crc_flit": 2},
                     {"active": False, "replay": 99}]}),
     fakenvml.gpu(1, mig=False, health={"remapped_rows": {"failure": True}, "nvlinks": 0,
@@ -166,6 +167,8 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
                                    "pending": True}
     assert g0["ecc"]["volatile"]["uncorrectable"] == 1
     assert g0["ecc"]["aggregate"]["uncorrectable"] == 5
+    # Corrected counts come from NVML as nvidia-smi's <dram_correctable> + <sram_correctable> do.
+    assert (g0["ecc"]["volatile"]["correctable"], g0["ecc"]["aggregate"]["correctable"]) == (11, 40)
     assert g0["nvlink"]["links"] == 3 and g0["nvlink"]["active"] == 2
     assert g0["nvlink"]["totals"]["replay"] == 7 and g0["nvlink"]["totals"]["crc_flit"] == 2
     assert g0["nvlink"]["by_link"] == {"1": {"replay": 7, "crc_flit": 2}}  # inactive link 2 unread
@@ -181,7 +184,7 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
     assert g1["errors"] == {"nvlink": "not supported"}
     # SRAM errors count in the total (as in NVML); DRAM is the rest.
     assert g1["ecc"]["volatile"] == {"dram_uncorrectable": 0, "sram_uncorrectable": 2,
-                                     "uncorrectable": 2, "correctable": None,
+                                     "uncorrectable": 2, "correctable": 0,
                                      "sram_threshold_exceeded": None, "layout": "nvml"}
     assert g1["ecc"]["aggregate"]["sram_uncorrectable"] == 7
     # Lifetime-only errors are reported with their scope (history, not current trouble).
