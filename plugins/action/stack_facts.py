@@ -4,9 +4,11 @@
 """Controller side of kubegpu.fleet.stack_facts.
 
 The module returns the container toolkit's config.toml as bounded raw text (nodes may have
-no TOML parser); this plugin parses it here with ``tomllib`` and fills in the facts that
-depend on it (plugins/plugin_utils/toolkit_config.py), then sets ``nvidia_stack``. A config
-that does not parse is a warning and ``config: null``.
+no TOML parser); this plugin parses it here with ``tomllib``, under the parse bound of
+plugins/plugin_utils/parse_bound.py, and fills in the facts that depend on it
+(plugins/plugin_utils/toolkit_config.py), then sets ``nvidia_stack``. A config that does not
+parse, or that the bound refuses or stops, is a warning and ``config: null``. A result whose
+fields have the wrong types (a compromised node) fails the task with a message naming the field.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -14,7 +16,7 @@ __metaclass__ = type
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import finish_stack_facts
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import StackShapeError, finish_stack_facts, shown
 
 MODULE = "kubegpu.fleet.stack_facts"
 
@@ -31,10 +33,20 @@ class ActionModule(ActionBase):
         del tmp
         module_result = self._execute_module(module_name=MODULE, module_args=dict(self._task.args),
                                              task_vars=task_vars)
+        node = (task_vars or {}).get("inventory_hostname")
         facts = module_result.get("ansible_facts")
-        if isinstance(facts, dict) and isinstance(facts.get("nvidia_stack"), dict):
-            _stack, warnings = finish_stack_facts(facts["nvidia_stack"])
+        if not module_result.get("failed"):
+            try:
+                if not isinstance(facts, dict) or "nvidia_stack" not in facts:
+                    raise StackShapeError("no nvidia_stack fact")
+                _stack, warnings = finish_stack_facts(facts["nvidia_stack"], node)
+            except StackShapeError as e:
+                result.update(failed=True, changed=False, msg="stack_facts on %s returned a malformed result: %s"
+                              % (node, shown(str(e))))
+                return result
             if warnings:
-                module_result.setdefault("warnings", []).extend(warnings)
+                existing = module_result.get("warnings")
+                module_result["warnings"] = (existing if isinstance(existing, list) else
+                                             [] if existing is None else [shown(existing)]) + warnings
         result.update(module_result)
         return result

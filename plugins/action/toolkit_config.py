@@ -4,7 +4,9 @@
 """Controller side of kubegpu.fleet.toolkit_config.
 
 Nodes have no TOML writer: the node module reads config.toml (bounded, regular files only),
-the edit is made here with tomlkit (plugins/plugin_utils/toolkit_config_edit.py), and the
+the edit is made here with tomlkit (plugins/plugin_utils/toolkit_config_edit.py; the text comes
+from the node, so the edit runs under the parse bound of plugins/plugin_utils/parse_bound.py: a
+shape check, then the whole edit in a process killed at its deadline), and the
 module writes the new text only when a value changes and not in check mode, refusing when the
 file changed since it was read (sha256 of the bytes the edit was based on).
 """
@@ -65,7 +67,7 @@ class ActionModule(ActionBase):
             return result
         try:
             data = base64.b64decode(read["content_b64"], validate=True)
-            plan = tce.plan_edit(data, args["settings"], path)
+            plan = tce.plan_edit(data, args["settings"], path, (task_vars or {}).get("inventory_hostname"))
         except (binascii.Error, ValueError, TypeError) as e:
             result.update(failed=True, msg=str(e) if isinstance(e, tce.TomlEditError)
                           else "%s: the module returned undecodable content (%s)" % (path, e))

@@ -20,7 +20,7 @@ import math
 import re
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector, parse_bound
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 RESOURCE_PREFIX = "nvidia.com/"
@@ -488,9 +488,9 @@ def parse_maintenance_annotation(text):
     """The record persisted on the Node, or None when absent or unreadable."""
     if not text:
         return None
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError):
+    try:  # the Node's own credentials can write its annotations: node data, parsed under the bound
+        data = parse_bound.load_json(text, "the maintenance annotation")
+    except parse_bound.ParseError:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("was_unschedulable"), bool):
         return None

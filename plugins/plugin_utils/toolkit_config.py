@@ -20,19 +20,16 @@ controller has it) and fills in the facts that depend on it:
 - ``cuda_compat_hook_disabled``: ``features.disable-cuda-compat-lib-hook`` (the mitigation
   NVIDIA's bulletin 5659 gave for CVE-2025-23266 in legacy mode); None without a config.
 
-A broken, non-UTF-8 or too large file is a warning and ``config: null``, never an exception.
+The text comes from the node: it is parsed through plugins/plugin_utils/parse_bound.py (a
+size and shape check, then a parse killed at its deadline). A broken, non-UTF-8, too large or
+hostile file (one the bound refuses or stops) is a warning and ``config: null`` - the file is
+treated as unreadable - never an exception. Node-supplied fields of the wrong type (a
+compromised node) raise :class:`StackShapeError` naming the field.
 """
 from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
-
-try:
-    import tomllib as _toml
-except ImportError:  # pragma: no cover - Python < 3.11 controllers
-    try:
-        import tomli as _toml
-    except ImportError:
-        _toml = None
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 
 DEFAULT_RUNTIMES = ["docker-runc", "runc", "crun"]
 JIT_CDI_DEFAULT_FROM = SemVer("1.18.0")
@@ -42,16 +39,36 @@ FEATURES = ("disable-cuda-compat-lib-hook", "allow-cuda-compat-libs-from-contain
             "allow-unknown-oci-spec-fields")
 
 
-def parse_config(text):
-    """``(dict, None)`` or ``(None, reason)`` for config.toml text."""
-    if _toml is None:
-        return None, "no TOML parser on the controller (Python 3.11+ tomllib, or tomli)"
+MAX_SHOWN = 200  # characters of a node-supplied string quoted in a message
+
+
+class StackShapeError(ValueError):
+    """The node's ``nvidia_stack`` is not of the shape the module returns; the message names the field."""
+
+
+def parse_config(text, node=None):
+    """``(dict, None)`` or ``(None, reason)`` for config.toml text (from ``node``, named in the
+    reason), parsed under the bound of plugin_utils/parse_bound.py."""
     if not isinstance(text, str):
         return None, "config.toml text is not a string"
     try:
-        return _toml.loads(text), None
-    except Exception as e:  # pylint: disable=broad-except  # tomllib.TOMLDecodeError and ValueError
-        return None, "config.toml is not valid TOML: %s" % e
+        return parse_bound.load_toml(text, "config.toml", node), None
+    except parse_bound.ParseError as e:
+        return None, str(e)
+
+
+def shown(value, limit=MAX_SHOWN):
+    """A node-supplied string for a message, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _typed(tk, key, types, what):
+    value = tk.get(key)
+    if value is not None and not isinstance(value, types):
+        raise StackShapeError("nvidia_stack.container_toolkit.%s is %s, not %s"
+                              % (key, "a %s" % type(value).__name__, what))
+    return value
 
 
 def _get(d, *path):
@@ -118,24 +135,44 @@ def low_level_runtime(runtimes, installed):
     return None
 
 
-def finish_stack_facts(stack):
+def check_stack_shape(stack):
+    """:class:`StackShapeError` unless the fields :func:`finish_stack_facts` reads have the
+    module's types (a compromised node may return anything)."""
+    if not isinstance(stack, dict):
+        raise StackShapeError("nvidia_stack is a %s, not a dict" % type(stack).__name__)
+    tk = stack.get("container_toolkit")
+    if tk is None:
+        return
+    if not isinstance(tk, dict):
+        raise StackShapeError("nvidia_stack.container_toolkit is a %s, not a dict" % type(tk).__name__)
+    _typed(tk, "config_text", str, "text")
+    _typed(tk, "config_error", str, "text")
+    _typed(tk, "config_path", str, "text")
+    _typed(tk, "version", str, "text")
+    _typed(tk, "installed", bool, "a boolean")
+    binaries = _typed(tk, "runtime_binaries", list, "a list")
+    if binaries is not None and not all(isinstance(b, str) for b in binaries):
+        raise StackShapeError("nvidia_stack.container_toolkit.runtime_binaries holds something other than names")
+
+
+def finish_stack_facts(stack, node=None):
     """Complete the node's ``nvidia_stack`` (in place and returned): parse ``config_text`` (then
     dropped), fill ``config``, ``injection_mode``, ``runtime``, ``cuda_compat_hook_disabled``.
-    Returns ``(stack, warnings)``."""
+    Returns ``(stack, warnings)``; :class:`StackShapeError` when a field it reads has the wrong
+    type (checked before anything is changed). ``node`` names the node in parse errors."""
     warnings = []
-    if not isinstance(stack, dict):
-        return stack, warnings
+    check_stack_shape(stack)
     tk = stack.get("container_toolkit")
-    if not isinstance(tk, dict):
+    if tk is None:
         return stack, warnings
     text = tk.pop("config_text", None)
     doc = None
     # A config the node could not read (config_error set there) was warned about by the module.
     if not tk.get("config_error") and text is not None:
-        doc, err = parse_config(text)
+        doc, err = parse_config(text, node)
         if err:
             tk["config_error"] = err
-            warnings.append("nvidia-container-runtime config %s: %s" % (tk.get("config_path"), err))
+            warnings.append("nvidia-container-runtime config %s: %s" % (shown(tk.get("config_path")), err))
     settings = selected_settings(doc) if isinstance(doc, dict) else None
     tk["config"] = settings
     # A file that exists but could not be read or parsed: what it says is unknown (a missing

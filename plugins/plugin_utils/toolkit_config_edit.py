@@ -16,7 +16,10 @@ Refused with :class:`TomlEditError` (a message naming the key; nothing is writte
 - a key whose table, or a table on its dotted path, is an inline table (``features = {...}``),
   an array of tables, or a value that is not a table (``disable-require.x``);
 - a key whose current value is an array or a table;
-- a file that is not UTF-8, not valid TOML, or larger than :data:`MAX_BYTES`.
+- a file that is not UTF-8, not valid TOML, or larger than :data:`MAX_BYTES`;
+- a file the parse bound refuses or stops (plugins/plugin_utils/parse_bound.py: the text comes
+  from the node, so its shape is checked first and the whole edit - tomlkit parse, change,
+  tomllib checks - runs under the bound's deadline).
 
 A missing table or key is added. Keys that already hold their value (same type and value) are
 left alone: when all do, the text is returned unchanged.
@@ -26,13 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-try:
-    import tomllib as _toml
-except ImportError:  # pragma: no cover - Python < 3.11 controllers
-    try:
-        import tomli as _toml
-    except ImportError:
-        _toml = None
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 
 try:
     import tomlkit
@@ -42,7 +39,7 @@ try:
 except ImportError:  # pragma: no cover - exercised by the message test through a subprocess
     tomlkit = None
 
-MAX_BYTES = 1 << 20  # as the node module's bound
+MAX_BYTES = parse_bound.TOML_LIMITS.max_bytes
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 BARE_LF = re.compile(r"(?<!\r)\n")
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -200,15 +197,27 @@ def _equal(a, b):
     return type(a) is type(b) and a == b
 
 
-def edit(text, settings, path="config.toml"):
+def edit(text, settings, path="config.toml", node=None):
     """``(new_text, changes)`` with each ``table.key`` of ``settings`` set in the TOML ``text``.
 
     ``changes``: ``[{"key", "before" (the literal as written, None when absent), "after"}]`` for
-    the keys whose value changes. :class:`TomlEditError` when the edit cannot be made safely.
+    the keys whose value changes. :class:`TomlEditError` when the edit cannot be made safely,
+    or the parse bound refuses the text or stops the edit (``node`` is named in that message).
     """
     if tomlkit is None:
         raise TomlEditError(MISSING_TOMLKIT)
     wanted = check_settings(settings)
+    try:
+        # tomlkit spends up to a millisecond per deeply dotted line even on small files: the
+        # edit always runs in the bound's child process (docs/development.md has the numbers)
+        return parse_bound.toml_bounded(_edit, text, (wanted, path), path, node, passthrough=(TomlEditError,),
+                                        in_process=None)
+    except parse_bound.ParseError as e:
+        raise TomlEditError("%s; refusing to edit it" % e)
+
+
+def _edit(text, wanted, path):
+    """:func:`edit` after the settings check; runs under the parse bound."""
     try:
         doc = tomlkit.parse(text)
     except (_TOMLKitError, ValueError) as e:
@@ -235,7 +244,7 @@ def edit(text, settings, path="config.toml"):
 def _verify(text, new, wanted, path):
     if len(new.encode("utf-8")) > MAX_BYTES:
         raise TomlEditError("%s: the edited file would be larger than %d bytes; left unchanged" % (path, MAX_BYTES))
-    loads = _toml.loads if _toml is not None else _tomlkit_loads
+    loads = _tomlkit_loads if parse_bound.missing_toml() else parse_bound.toml_loads
     try:
         after = loads(new)
     except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
@@ -260,9 +269,9 @@ def _holds(doc, parts, value):
     return _equal(node, value)
 
 
-def plan_edit(data, settings, path="config.toml"):
+def plan_edit(data, settings, path="config.toml", node=None):
     """The edit of the file's bytes ``data``: a dict with ``before`` and ``after`` (text),
     ``changes`` and ``sha256`` (of ``data``, for the node module's concurrent-change check)."""
     text = decode(data, path)
-    after, changes = edit(text, settings, path)
+    after, changes = edit(text, settings, path, node)
     return {"before": text, "after": after, "changes": changes, "sha256": hashlib.sha256(data).hexdigest()}
