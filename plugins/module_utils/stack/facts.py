@@ -125,6 +125,11 @@ def cdi_specs(root="/"):
             if not CDI_SPEC_RE.match(name):
                 continue
             try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:  # the controller refuses a result holding it: named, escaped
+                errors.append("%s: skipped %s, a name that is not UTF-8" % (d, ascii(name)))
+                continue
+            try:
                 st = os.stat(os.path.join(d, name))
             except OSError:
                 continue
