@@ -7,8 +7,12 @@
    together with the task's ``catalog_extra`` and passes the driver defects to the module in ``_catalog``. A
    bad catalog fails only the driver_guard probe (as it fails only the driver_guard task when
    the probes run as separate tasks); the other probes still run on the node.
-2. It runs the module (every probe of the registry, module_utils/audit/probes.py, in one round trip)
-   and sets the ``nvidia`` and ``kubelet`` facts from the probes that succeeded.
+2. It runs the module (every probe of the registry, module_utils/audit/probes.py, in one round trip),
+   checks the shape of every probe result and runs each probe's controller-side step
+   (:data:`CONTROLLER_STEPS`: stack_facts' config.toml, parsed under plugin_utils/parse_bound.py)
+   - a result of the wrong shape or a step that fails becomes that probe's failure with a
+   message, as on the node, never the task's - and sets the ``nvidia``, ``kubelet`` and
+   ``nvidia_stack`` facts from the probes that succeeded.
 3. It evaluates the findings here, on the controller (plugin_utils/findings.py, with the
    catalog v2 - read once per process, plugin_utils/driver_catalog_ctl.py - and the node's API
    view from the ``api`` option), and
@@ -34,9 +38,82 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import 
     evaluation_input,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import audit_eval
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import finish_stack_facts
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import finish_stack_facts, shown
 
 MODULE = "kubegpu.fleet.audit_node"
+MAX_MSG = 2000  # characters of a node-supplied probe message kept
+
+
+class ProbeResultError(ValueError):
+    """A probe result of the wrong shape (a broken or compromised node); the message says how."""
+
+
+def _finish_stack_facts(res, node, warnings):
+    # config.toml comes back as text (nodes may lack a TOML parser): parsed here, under the
+    # parse bound, as the stack_facts action does.
+    warnings.extend(finish_stack_facts(res["ansible_facts"]["nvidia_stack"], node)[1])
+
+
+# The controller-side step of each probe whose result needs one, after the shape check.
+CONTROLLER_STEPS = {"stack_facts": _finish_stack_facts}
+
+
+def check_probe_result(probe, res):
+    """The shape every probe result must have before the controller reads it; raises
+    :class:`ProbeResultError`. A failed probe's ``msg`` is made text and cut to :data:`MAX_MSG`."""
+    if res is None:
+        raise ProbeResultError("audit_node returned no result for this probe")
+    if not isinstance(res, dict):
+        raise ProbeResultError("the probe's result is a %s, not a dict" % type(res).__name__)
+    if res.get("failed") or res.get("skipped"):
+        key = "msg" if res.get("failed") else "skip_reason"
+        res[key] = shown(res.get(key) or ("failed" if key == "msg" else "skipped"), MAX_MSG)
+        return
+    facts = res.get("ansible_facts")
+    if facts is not None and not isinstance(facts, dict):
+        raise ProbeResultError("the probe's ansible_facts is a %s, not a dict" % type(facts).__name__)
+    if probe.facts and facts is not None and probe.facts in facts and not isinstance(facts[probe.facts], dict):
+        raise ProbeResultError("the probe's %s fact is a %s, not a dict" % (probe.facts, type(facts[probe.facts]).__name__))
+    if probe.facts and probe.name in CONTROLLER_STEPS and not (facts and probe.facts in facts):
+        raise ProbeResultError("the probe's result has no %s fact" % probe.facts)
+
+
+def finish_probes(probes, node, warnings):
+    """Check every probe result's shape and run its controller-side step (:data:`CONTROLLER_STEPS`),
+    in place. A result that fails either becomes that probe's failure with a message, as a
+    probe that fails on the node is; the other probes are kept. Returns the names so failed."""
+    failed = []
+    for probe in REGISTRY:
+        res = probes.get(probe.name)
+        try:
+            check_probe_result(probe, res)
+            step = CONTROLLER_STEPS.get(probe.name)
+            if step is not None and not res.get("failed") and not res.get("skipped"):
+                step(res, node, warnings)
+        except Exception as e:  # pylint: disable=broad-except  # any malformed result fails this probe only
+            why = str(e) if isinstance(e, ValueError) else "%s: %s" % (type(e).__name__, e)
+            msg = "the node's %s result could not be read on the controller: %s" % (probe.name, shown(why, MAX_MSG))
+            probes[probe.name] = {"changed": False, "failed": True, "msg": msg}
+            warnings.append("%s: %s" % (node, msg))
+            failed.append(probe.name)
+    return failed
+
+
+def summary(probes):
+    """audit_node's ``msg`` for ``probes`` (as the module words it)."""
+    failed = [n for n in NAMES if probes[n].get("failed")]
+    skipped = [n for n in NAMES if probes[n].get("skipped")]
+    return "%d probes run, %d skipped, %d failed%s" % (len(NAMES) - len(skipped), len(skipped), len(failed),
+                                                       (": " + ", ".join(failed)) if failed else "")
+
+
+def warning_list(result):
+    """``result["warnings"]`` as a list of strings (a node may return anything there)."""
+    warnings = result.get("warnings")
+    if not isinstance(warnings, list):
+        warnings = [] if warnings is None else [shown(warnings, MAX_MSG)]
+    result["warnings"] = [w if isinstance(w, str) else shown(w, MAX_MSG) for w in warnings]
+    return result["warnings"]
 
 
 def whole_failure(msg):
@@ -95,7 +172,7 @@ class ActionModule(ActionBase):
                           warnings=["%s is unreachable, recorded as such: %s" % (node, msg)])
             return result
         if module_result.get("unreachable"):
-            msg = module_result.get("msg") or "unreachable"
+            msg = shown(module_result.get("msg") or "unreachable", MAX_MSG)
             result.update(changed=False, unreachable_node=True, msg="unreachable: %s" % msg, findings=[],
                           ansible_facts={"kubegpu_audit": audit_eval.unreachable_audit(node, msg)},
                           warnings=["%s is unreachable, recorded as such: %s" % (node, msg)])
@@ -109,16 +186,16 @@ class ActionModule(ActionBase):
             if catalog_error is not None:
                 # What the driver_guard task reports for a bad catalog, before reaching the node.
                 probes["driver_guard"] = {"changed": False, "failed": True, "msg": catalog_error}
-                failed = set(module_result.get("failed_probes") or []) | set(["driver_guard"])
-                module_result["failed_probes"] = [n for n in NAMES if n in failed]
-            # Controller-side completion of a probe's facts: stack_facts returns config.toml as
-            # text (nodes may lack a TOML parser); parse it here as its own action plugin does.
-            stack = ((probes.get("stack_facts") or {}).get("ansible_facts") or {}).get("nvidia_stack")
-            if isinstance(stack, dict):
-                module_result.setdefault("warnings", []).extend(finish_stack_facts(stack)[1])
+            warnings = warning_list(module_result)
+            controller_failed = finish_probes(probes, node, warnings)
+            failed = [n for n in NAMES if probes[n].get("failed")]
+            if controller_failed or catalog_error is not None or module_result.get("failed_probes") != failed:
+                module_result["failed_probes"] = failed
+                module_result["msg"] = summary(probes)
             for probe in REGISTRY:
-                res = probes.get(probe.name) or {}
-                if probe.facts and not res.get("failed") and probe.facts in (res.get("ansible_facts") or {}):
+                res = probes[probe.name]
+                if probe.facts and not (res.get("failed") or res.get("skipped")) \
+                        and probe.facts in (res.get("ansible_facts") or {}):
                     facts[probe.facts] = res["ansible_facts"][probe.facts]
         elif module_result.get("failed") and not set(("module_stderr", "module_stdout")) & set(module_result):
             # The module ran and refused its options (fail_json; a crash or a missing interpreter
@@ -128,11 +205,11 @@ class ActionModule(ActionBase):
             return result
         else:
             # The module failed as a whole (no Python, a crash): every probe is in error.
-            msg = module_result.get("msg") or "audit_node failed"
+            msg = shown(module_result.get("msg") or "audit_node failed", MAX_MSG)
             probes = whole_failure(msg)
             module_result = dict(changed=False, probes=probes, failed_probes=[n for n in NAMES if probes[n].get("failed")],
                                  msg="audit_node failed: %s" % msg,
-                                 warnings=list(module_result.get("warnings") or []) + ["audit_node failed: %s" % msg])
+                                 warnings=warning_list(module_result) + ["audit_node failed: %s" % msg])
 
         ctx, errors = evaluation_input(probes)
         catalog_v2, catalog_v2_error = audit_eval.load_evaluation_catalog(node_args.get("catalog_extra"))
