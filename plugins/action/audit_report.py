@@ -1,14 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side: aggregate every host's audit into the fleet report and write it."""
+"""Controller-side: aggregate every host's audit into the fleet report and write it.
+
+The report directory and files are created and written through the collection's one write
+primitive (module_utils/_common/fileutil.py), run here by the user running ansible-playbook: a
+directory on the path owned by another user than root and that user, or writable by group or
+others (a root-owned sticky directory such as /tmp is fine on the path, not as ``dest``
+itself), is refused with the reason; each file is written atomically (mode 0644).
+"""
 from __future__ import annotations
 
 import os
-import tempfile
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
 
 FORMATS = {
@@ -17,22 +24,6 @@ FORMATS = {
     "markdown": ("kubegpu-audit.md", rep.render_markdown),
     "prometheus": ("kubegpu_audit.prom", rep.render_prometheus),
 }
-
-
-def _write(path, text):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class ActionModule(ActionBase):
@@ -79,12 +70,12 @@ class ActionModule(ActionBase):
             return result
         dest = args["dest"]
         try:
-            os.makedirs(dest, exist_ok=True)
+            fileutil.make_dirs(dest)
             files = {}
             for fmt in args["formats"]:
                 filename, render = FORMATS[fmt]
                 path = os.path.join(dest, filename)
-                _write(path, render(report))
+                fileutil.write_file(path, render(report), mode=0o644, backup=False)
                 files[fmt] = path
         except OSError as e:
             result.update(failed=True, msg="cannot write the audit report to %s: %s" % (dest, e))

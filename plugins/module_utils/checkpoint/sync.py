@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """kubelet device-manager checkpoint: parse, compare with the node's GPUs, remove safely.
 
-Node side, Python 3.8+, standard library only: the ``checkpoint_guard`` role installs this
-very file next to its boot-time entry script, which imports it outside Ansible.
+Node side, Python 3.8+, standard library and the collection's ``fileutil`` only: the
+``checkpoint_guard`` role installs this very file next to its boot-time entry script, which
+imports it outside Ansible, with ``fileutil.py`` beside it. The file is removed through
+``fileutil.remove_file`` (the collection's one way to remove a node file).
 
 File format (``<kubelet root-dir>/device-plugins/kubelet_internal_checkpoint``)::
 
@@ -47,6 +49,11 @@ import os
 import re
 import subprocess
 import time
+
+if __name__.startswith("ansible_collections."):
+    from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+else:   # installed by the checkpoint_guard role as checkpoint.py, beside fileutil.py
+    import fileutil  # pylint: disable=import-error
 
 DEFAULT_PATH = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/*",)
@@ -464,7 +471,11 @@ def backup_and_remove(path, expected, backup_func=None):
     ``expected`` is the content that was analysed. Nothing is removed unless the file still
     holds exactly those bytes and, when backing up, the backup holds them too; otherwise
     CheckpointChanged is raised and the file stays (a backup already made is kept and named
-    in the message). Returns the backup's path, or None without ``backup_func``.
+    in the message). The removal is ``fileutil.remove_file``: within the held directory, only
+    while the file is the one whose bytes were compared. Returns the backup's path, or None
+    without ``backup_func``; other failures, and a file root must not remove
+    (``fileutil.unsafe_target``, checked before the backup), raise OSError
+    (``fileutil.FileOpError``).
     """
     current = read_checkpoint(path)
     if current is None:
@@ -472,6 +483,10 @@ def backup_and_remove(path, expected, backup_func=None):
     if current != expected:
         raise CheckpointChanged("changed since it was read (kubelet wrote it meanwhile); "
                                 "left in place, run again")
+    problem = fileutil.unsafe_target(path, action="remove")
+    if problem:
+        raise fileutil.FileOpError(errno.EPERM, "refusing to remove %s: %s; the file was left in place"
+                                   % (path, problem), path)
     dest = None
     if backup_func is not None:
         dest = backup_func(path)
@@ -480,22 +495,15 @@ def backup_and_remove(path, expected, backup_func=None):
         if copied != expected:
             raise CheckpointChanged("changed while it was being backed up; left in place, "
                                     "backup of the new content kept at %s" % dest)
-    os.unlink(path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    try:
+        fileutil.remove_file(path, expected, backup=False)
+    except fileutil.ContentChanged as e:
+        kept = "; backup kept at %s" % dest if dest else ""
+        if e.gone:
+            raise CheckpointChanged("disappeared before it could be removed%s" % kept)
+        raise CheckpointChanged("changed since it was read (kubelet wrote it meanwhile); "
+                                "left in place, run again%s" % kept)
     return dest
-
-
-def _fsync_dir(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def wait_for_driver(proc_path, timeout, interval=0.5):

@@ -162,7 +162,7 @@ def _remove(params, result, data, before, reason, warn, get_bin_path, check_mode
     if diff:
         result["diff"] = {"before": before, "after": "",
                           "before_header": path, "after_header": "%s (absent)" % path}
-    problem = unsafe_target(path)
+    problem = unsafe_target(path, action="remove")
     if problem:
         raise ProbeFailed("refusing to remove %s: %s. A file root removes must be writable by "
                           "root only, or another user chooses what root removes; the file "

@@ -12,8 +12,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import shutil
-import tempfile
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
     VERDICT_KNOWN_BAD,
@@ -34,8 +32,10 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as driver_pins
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import (
-    atomic_write,
-    backup_file,
+    FileOpError,
+    private_tempdir,
+    unsafe_target,
+    write_file,
 )
 
 try:
@@ -177,37 +177,28 @@ def _read(path):
 
 def _validate_apt(content, apt_cache, run):
     """Make apt-cache parse the rendered preferences; PinError when apt rejects them."""
-    tmp = tempfile.mkdtemp(prefix="driver_guard-")
     try:
-        pref = os.path.join(tmp, "check.pref")
-        empty = os.path.join(tmp, "empty")
-        for d in (empty, os.path.join(tmp, "lists", "partial"), os.path.join(tmp, "cache", "archives", "partial")):
-            os.makedirs(d)
-        with open(pref, "w") as f:
-            f.write(content)
-        # Only the rendered file and no repositories: problems elsewhere in the node's apt
-        # configuration (a broken sources entry, another preferences file) do not count here.
-        rc, out, err = run([
-            apt_cache,
-            "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
-            "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
-            "-o", "Dir::State::Lists=%s" % os.path.join(tmp, "lists"),
-            "-o", "Dir::Cache=%s" % os.path.join(tmp, "cache"),
-            "policy"])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with private_tempdir("driver_guard-") as scratch:
+            pref = scratch.write("check.pref", content)
+            empty = scratch.subdir("empty")
+            scratch.subdir("lists/partial")
+            scratch.subdir("cache/archives/partial")
+            # Only the rendered file and no repositories: problems elsewhere in the node's apt
+            # configuration (a broken sources entry, another preferences file) do not count here.
+            rc, out, err = run([
+                apt_cache,
+                "-o", "Dir::Etc::Preferences=%s" % pref, "-o", "Dir::Etc::PreferencesParts=%s" % empty,
+                "-o", "Dir::Etc::SourceList=%s" % os.devnull, "-o", "Dir::Etc::SourceParts=%s" % empty,
+                "-o", "Dir::State::Lists=%s" % os.path.join(scratch.path, "lists"),
+                "-o", "Dir::Cache=%s" % os.path.join(scratch.path, "cache"),
+                "policy"])
+    except (IOError, OSError) as e:
+        raise PinError("cannot validate the preferences: no private scratch directory for apt-cache: %s"
+                       % to_native_text(e))
     problems = [line for line in (err or "").splitlines() if line.startswith(("E:", "W:"))]
     if rc != 0 or problems:
         raise PinError("apt-cache rejected the generated preferences (nothing written): %s"
                        % ("; ".join(problems) or err or out).strip())
-
-
-def _write(path, old, new, mode):
-    backup = None
-    if old is not None and os.path.exists(path):
-        backup = backup_file(path)
-    atomic_write(path, new, mode=mode)
-    return backup
 
 
 def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_mode, diff):
@@ -254,6 +245,11 @@ def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise PinError("cannot write %s: directory %s does not exist" % (path, directory))
+    problem = unsafe_target(path)
+    if problem:
+        raise PinError("refusing to write %s: %s; nothing was written. A file root rewrites must be "
+                       "writable by root only, or another user chooses what root writes: fix its "
+                       "ownership and mode (chown root:root, chmod go-w)" % (path, problem))
     try:
         old = _read(path)
     except (safe_io.UnsafeInput, IOError, OSError, UnicodeDecodeError) as e:
@@ -276,9 +272,9 @@ def driver_guard_pinned(params, entries, node, result, get_bin_path, run, check_
             pins["validation"] = "apt-cache policy parsed the file"
     if changed and not check_mode:
         try:
-            pins["backup_file"] = _write(path, old, new, mode)
-        except (IOError, OSError) as e:
-            raise PinError("cannot write %s: %s" % (path, to_native_text(e)))
+            pins["backup_file"] = write_file(path, new, mode=mode, backup=old is not None)
+        except FileOpError as e:
+            raise PinError(to_native_text(e))
     result["pins"] = pins
     result["changed"] = changed
     if diff:

@@ -5,8 +5,9 @@
 
 ``run_kubelet_config(module)`` reads the KubeletConfiguration (bounded, never blocking), plans
 the change (kubelet_config.py), checks the flags that would override it, and writes the file
-and moved flag files with a 0600 backup and an atomic rename. The module keeps only its
-interface (documentation and argument spec).
+and moved flag files through fileutil.write_file (a 0600 backup, an atomic rename within the
+held directory; files another user owns or can write, or reaches through a symlink, are
+refused). The module keeps only its interface (documentation and argument spec).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -16,9 +17,8 @@ import os
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import (
-    atomic_write,
-    backup_file,
     unsafe_target,
+    write_file,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
     CONFIG_MAX_BYTES,
@@ -337,33 +337,18 @@ def run_kubelet_config(module):
         module.exit_json(**result)
 
     written = []
-    backups = []  # (file, its fresh backup)
     try:
         if config_changed:
-            if p["backup"]:
-                result["backup_file"] = backup_file(path)
-                backups.append((path, result["backup_file"]))
-            atomic_write(path, new_text)
+            result["backup_file"] = write_file(path, new_text, backup=p["backup"])
             written.append(path)
         for env_path, _old, new_env, removed in env_edits:
-            bak = backup_file(env_path) if p["backup"] else None
-            if bak:
-                backups.append((env_path, bak))
-            atomic_write(env_path, new_env)
+            bak = write_file(env_path, new_env, backup=p["backup"])
             written.append(env_path)
             result["flag_files_changed"].append({"path": env_path, "backup_file": bak,
                                                  "removed": ["%s %s" % r for r in removed]})
     except (IOError, OSError) as e:
-        # Only what was really written counts as changed; the rest keeps its old content, and
-        # the backups just made of files that kept it are removed (they equal the file).
-        for target, bak in backups:
-            if target not in written:
-                try:
-                    os.unlink(bak)
-                except OSError:
-                    pass
-                if result["backup_file"] == bak:
-                    result["backup_file"] = None
+        # Only what was really written counts as changed; the rest keeps its old content (a
+        # write that fails removes the backup it just made: it equals the file).
         result["changed"] = result["restart_required"] = bool(written)
         if path not in written:
             result["config"] = config

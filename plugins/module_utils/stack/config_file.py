@@ -9,8 +9,12 @@ regular files only), edits it on the controller with tomlkit, and hands the new 
 :func:`write_config`, together with the sha256 of the bytes its edit was based on.
 :func:`write_config` reads the file again and refuses when it changed in between (someone ran
 ``nvidia-ctk config`` or edited it by hand): the edit would otherwise drop their change.
-Before replacing the file it is copied byte for byte to a 0600 backup; the new text is written
-to a temp file and renamed over it.
+Both steps refuse a file root must not rewrite (another user owns or can write it, a directory
+on its path, or a symlink leading to it: :func:`fileutil.unsafe_target`), so that check mode
+fails as the write would. The write goes through :func:`fileutil.write_file`, the collection's
+one write primitive: a 0600 byte-for-byte backup, then a temp file renamed over the file within
+the held directory; a root-owned symlinked ``config.toml`` keeps its link and its target is
+written.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -26,8 +30,18 @@ LIMIT = 1 << 20  # the packaged file is about 1.5 KiB
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+REFUSE = ("refusing to edit %s: %s; nothing was written. A file root rewrites must be writable by root only, "
+          "or another user chooses what root writes: fix its ownership and mode (chown root:root, chmod go-w)")
+
+
 class ConfigFileError(Exception):
     """The file cannot be read or replaced safely; the message names the path and the problem."""
+
+
+def _refuse_unsafe(path):
+    problem = fileutil.unsafe_target(path)
+    if problem:
+        raise ConfigFileError(REFUSE % (path, problem))
 
 
 def sha256_hex(data):
@@ -35,9 +49,9 @@ def sha256_hex(data):
 
 
 def read_config(path, limit=LIMIT):
-    """``(bytes, sha256 hex)`` of the regular file ``path``; :class:`ConfigFileError` when it is
-    missing, not a regular file (a FIFO, a directory, a symlink loop), larger than ``limit`` or
-    unreadable."""
+    """``(bytes, sha256 hex)`` of the regular file ``path``, read for an edit; :class:`ConfigFileError`
+    when it is missing, not a regular file (a FIFO, a directory, a symlink loop), larger than
+    ``limit``, unreadable, or a file root must not rewrite."""
     try:
         safe_io.check_path(path, "path")
         data = safe_io.read_bytes(path, limit, missing_ok=True)
@@ -46,6 +60,7 @@ def read_config(path, limit=LIMIT):
     if data is None:
         raise ConfigFileError("%s does not exist: install nvidia-container-toolkit-base (it ships the file) "
                               "or name the right path" % path)
+    _refuse_unsafe(path)
     return data, sha256_hex(data)
 
 
@@ -74,11 +89,7 @@ def write_config(path, content, expected_sha256, backup=True, check_mode=False, 
         return False, None
     if check_mode:
         return True, None
-    backup_file = None
     try:
-        if backup:
-            backup_file = fileutil.backup_file(path)
-        fileutil.atomic_write(path, new)
+        return True, fileutil.write_file(path, new, backup=backup)
     except fileutil.FileOpError as e:
         raise ConfigFileError(str(e))
-    return True, backup_file

@@ -44,13 +44,13 @@ import errno
 import inspect
 import json
 import os
-import shutil
 import stat
-import tempfile
 import threading
 import warnings
 
 from urllib.parse import urlencode
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -383,6 +383,7 @@ class Client(object):
 # first Client's file; it then holds that directory too, and the directory goes with the last one.
 _LOCK = threading.RLock()
 _DIR_USERS = {}
+_PRIVATE = {}   # their fileutil.PrivateDir objects, which remove them
 
 
 def _loader_cache():
@@ -424,7 +425,9 @@ def _release(dirs):
             if _DIR_USERS[folder] > 0:
                 continue
             del _DIR_USERS[folder]
-            shutil.rmtree(folder, ignore_errors=True)
+            private = _PRIVATE.pop(folder, None)
+            if private is not None:
+                private.cleanup()
             cache = _loader_cache()
             if cache is not None:
                 prefix = folder + os.sep
@@ -443,7 +446,9 @@ def connect(params=None, environ=None, home=None, serviceaccount_dir=SERVICEACCO
 
     def private_dir():   # made only when a kubeconfig is loaded: host + token needs no file
         if not dirs:
-            dirs.append(tempfile.mkdtemp(prefix="kubegpu-k8s-"))   # 0700, in TMPDIR
+            private = fileutil.PrivateDir("kubegpu-k8s-")   # 0700, in TMPDIR
+            _PRIVATE[private.path] = private
+            dirs.append(private.path)
             _DIR_USERS[dirs[0]] = 1
         return dirs[0]
 

@@ -475,13 +475,17 @@ def test_module_is_importable_with_the_standard_library_alone(tmp_path):
     """The boot-time guard imports this file outside Ansible, under an isolated Python."""
     src = os.path.join(REPO, "plugins", "module_utils", "checkpoint", "sync.py")
     fixture = os.path.join(FIX, "v1_k8s119.json")
-    installed = tmp_path / "guard"  # installed as checkpoint.py, as the checkpoint_guard role does
+    installed = tmp_path / "guard"  # as checkpoint.py beside fileutil.py, as the checkpoint_guard role does
     installed.mkdir()
     shutil.copyfile(src, str(installed / "checkpoint.py"))
-    code = ("import sys; sys.path.insert(0, %r); import checkpoint; "
+    shutil.copyfile(os.path.join(REPO, "plugins", "module_utils", "_common", "fileutil.py"),
+                    str(installed / "fileutil.py"))
+    code = ("import sys; sys.path.insert(0, {d!r}); import checkpoint; "
             "assert not any(m.startswith('ansible') for m in sys.modules); "
-            "print(checkpoint.analyze(checkpoint.parse_checkpoint(open(%r,'rb').read()),"
-            " [%r])['stale_ids'])") % (str(installed), fixture, GPU_A)
+            "assert checkpoint.fileutil.__file__ == {f!r}; "
+            "print(checkpoint.analyze(checkpoint.parse_checkpoint(open({x!r},'rb').read()),"
+            " [{g!r}])['stale_ids'])").format(d=str(installed), f=str(installed / "fileutil.py"),
+                                              x=fixture, g=GPU_A)
     out = subprocess.check_output([sys.executable, "-I", "-B", "-c", code],
                                   universal_newlines=True)
     assert out.strip() == repr([GPU_B])
