@@ -118,9 +118,13 @@ notes:
   - Malformed JSON or unexpected types fail the task with a message naming the file and the
     problem; the file is left untouched unless O(force=true) and O(state=synced).
   - The checkpoint is read without blocking and with a size bound (a FIFO, socket, directory
-    or symlink loop in its place is refused). It is removed only when it and its directory
-    are owned by root and not writable by group or others; otherwise the task fails and says
-    why.
+    or symlink loop in its place is refused). It is removed only when it and every directory on
+    its path are owned by root and not writable by group or others (a root-owned sticky directory
+    such as C(/tmp) is accepted on the path, not as the file's directory) and no symlink on the
+    path belongs to another user; otherwise the task fails before any backup (in check mode
+    too), changes nothing and says which part is wrong and why.
+  - A checkpoint that is itself a symlink is not removed through it (removing its target would
+    leave a dangling link); the task fails saying so and the link and its target are left alone.
 seealso:
   - module: kubegpu.fleet.gpu_facts
 """

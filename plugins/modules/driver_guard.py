@@ -149,6 +149,13 @@ options:
   apt_preferences_path:
     description:
       - The apt preferences file this module owns (rewritten as a whole; backed up first).
+      - As for O(dnf_conf_path), the file and every directory on its path must be root's and not
+        writable by group or others, and a symlink on the path or the file itself must be
+        root's (a root-owned sticky directory such as C(/tmp) is accepted on the path, not as
+        the file's directory); otherwise O(state=pinned) fails, in check mode too, writing
+        nothing and naming the part and the reason. A file that is a symlink owned by root keeps
+        its link - its target is written atomically in its own directory, never replaced by a
+        regular file.
       - apt ignores files in C(preferences.d) whose name has an extension other than C(.pref).
     type: path
     default: /etc/apt/preferences.d/kubegpu-fleet-nvidia-known-bad.pref
@@ -156,6 +163,7 @@ options:
     description:
       - dnf configuration file whose C([main]) section receives the C(excludepkgs) entries.
         Other lines and the user's own exclude entries are kept; the file is backed up first.
+      - The same ownership, mode and symlink rules as for O(apt_preferences_path) apply.
     type: path
     default: /etc/dnf/dnf.conf
   validate_pins:

@@ -43,9 +43,15 @@ options:
       - When omitted, the C(--config) file of the running kubelet (identified as
         M(kubegpu.fleet.kubelet_facts) does, see O(kubelet_unit)), else
         C(/var/lib/kubelet/config.yaml).
-      - The file and its directory must be owned by root and not writable by group or others
-        (nor a symlink another user owns); the module refuses to edit it otherwise and says
-        why.
+      - The file and every directory on its path must be owned by root and not writable by
+        group or others (a root-owned sticky directory such as C(/tmp) is accepted on the path,
+        not as the file's directory), and a symlink on the path or the file itself must be
+        root's; the module refuses to edit it otherwise (in check mode too), changes nothing,
+        and says which part is wrong and why. The same holds for the flag files
+        O(flag_conflicts=move) edits.
+      - A file that is a symlink owned by root keeps its link - the link's target is rewritten
+        atomically in the target's own directory (where the backup goes too). The link is never
+        replaced by a regular file.
     type: path
   settings:
     description:

@@ -31,8 +31,18 @@ description:
   - Refused, file untouched, with a message naming the key - a key whose table is an inline
     table (C(features = {...})), a key whose current value is an array or a table, a key that
     crosses a value that is not a table, a file that is not UTF-8 or not valid TOML.
-  - Before a change the file is copied byte for byte to C(<path>.<timestamp>.bak) (mode 0600);
-    the new content is written to a temp file and renamed over the file (atomic).
+  - Before a change the file is copied byte for byte to C(<path>.<timestamp>.<ns>.bak) (mode 0600);
+    the new content is written to a temp file in the same directory, given the file's owner and
+    mode, and renamed over the file (atomic).
+  - Written as root, the file must be root's alone. The task fails, changing nothing (in check
+    mode too), with a message naming the part and the reason, when the file, or any directory on
+    its path, is owned by another user than root or is writable by group or others (a root-owned
+    sticky directory such as C(/tmp) is accepted on the path, not as the file's directory), when a
+    symlink on the path or the file itself is a symlink another user owns, or when it is not a
+    regular file.
+  - A C(config.toml) that is a symlink owned by root keeps its link - the link's target is
+    edited and written atomically in the target's own directory (where the backup goes too),
+    which must pass the same checks. The link is never replaced by a regular file.
   - Nothing is restarted; the caller restarts the container runtime when the task reports a change
     (new containers read the file when they start).
   - Run without its action plugin (the module file executed on its own, or a copied AnsiballZ
