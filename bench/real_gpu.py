@@ -112,10 +112,10 @@ def main():
     smi = shutil.which("nvidia-smi")
     state = capture_state(smi)
     if smi:
-        xml, _ = run_tool([smi, "-q", "-x"])
+        xml = run_tool([smi, "-q", "-x"])[0]
         with open(os.path.join(out, "nvidia-smi-q-x.xml"), "w") as f:
             f.write(xml.stdout)
-        listing, _ = run_tool([smi, "-L"])
+        listing = run_tool([smi, "-L"])[0]
         with open(os.path.join(out, "nvidia-smi-L.txt"), "w") as f:
             f.write(listing.stdout)
     with open(os.path.join(out, "procfs.json"), "w") as f:
@@ -126,7 +126,7 @@ def main():
     for backend in ("nvml", "nvidia_smi"):
         walls = []
         result = None
-        for _ in range(reps):
+        for _rep in range(reps):
             result, wall = run_module(MODULE, {"backend": backend, "timeout": 30}, env)
             walls.append(wall)
         with open(os.path.join(out, "gpu_facts-%s.json" % backend), "w") as f:
@@ -137,14 +137,12 @@ def main():
             backend, probe.get("status"),
             len(((result.get("ansible_facts") or {}).get("nvidia") or {}).get("gpus") or []),
             statistics.median(walls)))
-    walls = [run_module(ping_module.__file__, {}, env)[1] for _ in range(reps)]
+    walls = [run_module(ping_module.__file__, {}, env)[1] for _rep in range(reps)]
     timings["ping_module"] = {"median_s": statistics.median(walls), "runs": walls}
     if smi:
         walls = []
-        for _ in range(reps):
-            _, a = run_tool([smi, "-q", "-x"])
-            _, b = run_tool([smi, "-L"])
-            walls.append(a + b)
+        for _rep in range(reps):
+            walls.append(run_tool([smi, "-q", "-x"])[1] + run_tool([smi, "-L"])[1])
         timings["nvidia_smi_q_x_plus_L"] = {"median_s": statistics.median(walls), "runs": walls}
     timings["reps"] = reps
     timings["machine"] = {"gpus": state["pci"] and len(state["pci"]),
