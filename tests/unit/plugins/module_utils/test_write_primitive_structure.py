@@ -45,6 +45,8 @@ PATH_METHODS = frozenset(("write_text", "write_bytes", "unlink", "rename", "chmo
                           "rmdir", "symlink_to", "hardlink_to", "link_to"))
 WRITE_FLAGS = frozenset(("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"))
 OPENERS = frozenset(("open", "io.open", "codecs.open"))
+# What an os.open flags expression the checker reads may be made of (os.O_X | getattr(os, "O_Y", 0)).
+FLAG_NODES = (ast.BinOp, ast.BitOr, ast.Attribute, ast.Name, ast.Load, ast.Call, ast.Constant)
 
 # (file, finding) -> why it is not a write of a node file (or of the controller user's files).
 ALLOWED = {
@@ -197,9 +199,7 @@ def findings(source, name="<source>"):
                 if exprs is None:
                     unseen = True
                     exprs = []
-            elif flags is not None and not all(isinstance(n, (ast.BinOp, ast.BitOr, ast.Attribute, ast.Name, ast.Load,
-                                                               ast.Call, ast.Constant))
-                                               for n in ast.walk(flags)):
+            elif flags is not None and not all(isinstance(n, FLAG_NODES) for n in ast.walk(flags)):
                 unseen = True
             names = set()
             for e in exprs:
