@@ -99,3 +99,43 @@ def test_public_playbooks_parse_from_the_installed_artifact(installed, tmp_path)
     for name in playbooks:
         run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,",
              "kubegpu.fleet.%s" % name, "--syntax-check"], env=env, cwd=str(tmp_path))
+
+
+def _doc_types():
+    """Every plugin type ansible-doc knows (its -t choices), read from ansible-doc itself."""
+    from ansible.constants import DOCUMENTABLE_PLUGINS
+    return sorted(set(DOCUMENTABLE_PLUGINS) | {"role"})
+
+
+def test_every_plugin_of_every_type_is_documented_from_the_installed_artifact(installed):
+    """What galaxy-importer runs per plugin: `ansible-doc -t TYPE --json` for each plugin the
+    installed collection has. No plugin may be UNDOCUMENTED (filters are documented by
+    plugins/filter/<name>.yml or the DOCUMENTATION of a single-filter file)."""
+    import json
+    listing, env = installed[1], installed[2]
+    found = {}
+    for doc_type in _doc_types():
+        listed = json.loads(run([os.path.join(BIN, "ansible-doc"), "-t", doc_type, "-l", "--json",
+                                 "kubegpu.fleet"], env=env).stdout)
+        names = sorted(n for n in listed if n.startswith("kubegpu.fleet."))
+        if not names:
+            continue
+        found[doc_type] = names
+        undocumented = [n for n in names if listed[n] in ("UNDOCUMENTED", "", None)]
+        assert not undocumented, (doc_type, undocumented)
+        docs = json.loads(run([os.path.join(BIN, "ansible-doc"), "-t", doc_type, "--json"] + names,
+                              env=env).stdout)
+        for name in names:
+            assert name in docs, (doc_type, name)
+            body = docs[name].get("doc") or docs[name].get("entry_points")
+            assert body, (doc_type, name)
+    # Every plugin directory the artifact ships holds plugins of a type listed above (action
+    # plugins are documented by their module, the helper directories hold no plugins).
+    shipped = {p.split("/")[1] for p in listing if p.startswith("plugins/") and p.count("/") == 2
+               and p.endswith((".py", ".yml")) and not p.endswith("__init__.py")}
+    helpers = {"module_utils", "plugin_utils", "doc_fragments", "action"}
+    assert {{"modules": "module"}.get(d, d) for d in shipped - helpers} <= set(found), (shipped, sorted(found))
+    assert {"module", "filter", "role"} <= set(found)
+    filters = {os.path.basename(p)[:-4] for p in listing if p.startswith("plugins/filter/") and p.endswith(".yml")}
+    assert {"kubegpu.fleet.%s" % f for f in filters} <= set(found["filter"])
+    assert len(found["filter"]) >= 12
