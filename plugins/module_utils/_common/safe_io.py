@@ -10,10 +10,15 @@ node may make it hang, exhaust memory or act on something it did not mean to:
   refuse anything but a regular file (procfs/sysfs files are regular; character devices only
   where the caller says so), and never read more than ``limit`` bytes: a larger file is an
   error that says so, never a silent cut.
+* :func:`read_tail` reads logs that may legitimately be larger than the bound (the kernel log
+  through ``/dev/kmsg`` or a file): it keeps the newest ``limit`` bytes, cut at a line boundary,
+  and says how much older data it dropped.
 * :func:`run_command` runs an argv list (never a shell) in its own session with a hard deadline
   and an output bound; on time-out or overflow the whole process group is killed, and
   descendants that daemonised out of it (double fork + ``setsid``) are found through the child
-  subreaper and killed too.
+  subreaper and killed too. Output past the bound is an error by default; ``keep="head"`` (a
+  command that prints the newest records first) or ``keep="tail"`` (newest last) keep the
+  newest ``limit`` bytes instead and say that, and how much, was cut.
 * :func:`check_timeout`, :func:`check_unit_name`, :func:`check_package_name` and
   :func:`check_path` validate option values before they reach a command line or a file system
   call.
@@ -22,6 +27,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import collections
 import errno
 import math
 import os
@@ -47,7 +53,14 @@ class TooLarge(UnsafeInput):
 
 
 class CommandTimeout(UnsafeInput):
-    """A command did not finish within its deadline (it and its descendants were killed)."""
+    """A command did not finish within its deadline (it and its descendants were killed).
+
+    ``result``: with :func:`run_command`'s ``keep`` set, the :class:`CommandResult` of what the
+    command printed before it was killed (``rc`` None, ``truncated`` True); else None."""
+
+    def __init__(self, msg, result=None):
+        UnsafeInput.__init__(self, msg)
+        self.result = result
 
 
 # --------------------------------------------------------------------------- files
@@ -61,19 +74,17 @@ def _kind(mode):
     return "not a regular file"
 
 
-def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=False):
-    """Return at most ``limit`` bytes of the regular file ``path``.
-
-    Raises :class:`UnsafeInput` when ``path`` is a FIFO, socket, device (unless
-    ``allow_char_device``), directory, a symlink loop, or larger than ``limit``; ``OSError`` for
-    other read errors (permissions, I/O). Returns None for a missing file when ``missing_ok``.
-    """
+def _open_checked(path, missing_ok=False, allow_char_device=False):
+    """``(fd, stat)`` of ``path`` opened read-only without blocking, or ``(None, None)`` for a
+    missing file when ``missing_ok``. Raises :class:`UnsafeInput` for a FIFO, socket, device
+    (a character device is allowed with ``allow_char_device``), directory or symlink loop.
+    A regular file's descriptor is blocking again (NFS and friends read normally)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
     except OSError as e:
         if e.errno == errno.ENOENT and missing_ok:
-            return None
+            return None, None
         if e.errno == errno.ELOOP:
             raise UnsafeInput("%s: symlink loop" % path)
         if e.errno in (errno.ENXIO, errno.EISDIR):
@@ -92,6 +103,27 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
                 fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
             except (ImportError, OSError):
                 pass
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=False):
+    """Return at most ``limit`` bytes of the regular file ``path``.
+
+    Raises :class:`UnsafeInput` when ``path`` is a FIFO, socket, device (unless
+    ``allow_char_device``), directory, a symlink loop, or larger than ``limit``; ``OSError`` for
+    other read errors (permissions, I/O). Returns None for a missing file when ``missing_ok``.
+    """
+    fd, st = _open_checked(path, missing_ok, allow_char_device)
+    if fd is None:
+        return None
+    try:
+        regular = stat.S_ISREG(st.st_mode)
+        if regular and st.st_size > limit:
+            raise TooLarge("%s is %d bytes, more than the %d bytes this reads"
+                           % (path, st.st_size, limit))
         chunks = []
         total = 0
         while True:
@@ -119,6 +151,131 @@ def read_text(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fal
     if data is None:
         return None
     return data.decode("utf-8", "replace")
+
+
+class _Kept(object):
+    """What is kept of a stream under a ``limit``: everything (``keep`` None: ``overflow`` says
+    it went past), the first ``limit`` bytes (``"head"``) or the last ``limit`` bytes
+    (``"tail"``, a ring of the chunks read). ``dropped`` counts the bytes not kept; memory stays
+    below ``limit`` plus one chunk."""
+
+    __slots__ = ("keep", "limit", "chunks", "size", "dropped", "overflow", "last_dropped")
+
+    def __init__(self, keep, limit):
+        self.keep = keep
+        self.limit = limit
+        self.chunks = collections.deque()
+        self.size = 0
+        self.dropped = 0
+        self.overflow = False
+        self.last_dropped = b""  # tail: the byte before the kept part ("\n": it starts a line)
+
+    def add(self, chunk):
+        if self.keep == "head":
+            take = chunk[:max(0, self.limit - self.size)]
+            if take:
+                self.chunks.append(take)
+                self.size += len(take)
+            self.dropped += len(chunk) - len(take)
+            return
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        if self.keep == "tail":
+            while self.size - len(self.chunks[0]) >= self.limit:
+                old = self.chunks.popleft()
+                self.size -= len(old)
+                self.dropped += len(old)
+                self.last_dropped = old[-1:]
+        elif self.size > self.limit:
+            self.overflow = True
+
+    def data(self, stopped=False):
+        """The kept bytes, whole lines only where a line was cut: once something was dropped,
+        the partial line at the cut is dropped too (and counted), so the head ends at its last
+        newline and the tail starts after its first; ``stopped`` (the stream was cut off, e.g.
+        at a deadline) drops a partial last line. A kept part without any newline (one huge
+        line) is returned as it is. Call once: the buffer is consumed."""
+        data = b"".join(self.chunks)
+        self.chunks = collections.deque()
+        if self.keep == "tail" and len(data) > self.limit:
+            cut = len(data) - self.limit
+            self.last_dropped = data[cut - 1:cut]
+            data = data[cut:]
+            self.dropped += cut
+        if self.keep == "tail" and self.dropped and self.last_dropped != b"\n":
+            start = data.find(b"\n")
+            if 0 <= start < len(data) - 1:
+                self.dropped += start + 1
+                data = data[start + 1:]
+        if (self.keep == "head" and self.dropped) or stopped:
+            end = data.rfind(b"\n")
+            if 0 <= end < len(data) - 1:
+                self.dropped += len(data) - end - 1
+                data = data[:end + 1]
+        self.size = len(data)
+        return data
+
+
+class TailRead(object):
+    """What :func:`read_tail` read: ``data`` (the newest bytes, whole lines), ``dropped`` (older
+    bytes not kept), ``overwritten`` (times a character device such as ``/dev/kmsg`` said records
+    were overwritten before they could be read: older data lost, an unknown amount)."""
+
+    __slots__ = ("data", "dropped", "overwritten")
+
+    def __init__(self, data, dropped, overwritten):
+        self.data = data
+        self.dropped = dropped
+        self.overwritten = overwritten
+
+    @property
+    def truncated(self):
+        return bool(self.dropped or self.overwritten)
+
+
+def read_tail(path, limit=DEFAULT_LIMIT, timeout=10.0, allow_char_device=False):
+    """The newest ``limit`` bytes of the log ``path``: a :class:`TailRead`.
+
+    For logs whose newest records matter most and that may be larger than any bound: a
+    regular file larger than ``limit`` is read from ``size - limit`` on (never read whole); a
+    character device (``/dev/kmsg``, with ``allow_char_device``) is read record by record until
+    it has nothing more (``EAGAIN``), keeping the last ``limit`` bytes; an ``EPIPE`` (the kernel
+    overwrote records before they were read) is counted and reading goes on with the next
+    record. Whatever is cut is cut at a line boundary and counted in ``dropped``. Raises
+    :class:`UnsafeInput` as :func:`read_bytes` does for FIFOs, sockets, directories and symlink
+    loops, and when ``timeout`` seconds pass before the end is reached (a device written to
+    faster than it can be read); ``OSError`` for other errors. A missing file is an OSError.
+    """
+    timeout = check_timeout(timeout, "timeout", minimum=0.001)
+    deadline = time.monotonic() + timeout
+    fd, st = _open_checked(path, False, allow_char_device)
+    try:
+        kept = _Kept("tail", limit)
+        overwritten = 0
+        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            # One byte more than kept: whether the kept part starts a line.
+            os.lseek(fd, st.st_size - limit - 1, os.SEEK_SET)
+            kept.dropped = st.st_size - limit - 1
+        while True:
+            if time.monotonic() > deadline:
+                raise UnsafeInput("%s: still reading after %gs (written faster than it can be "
+                                  "read); stopped" % (path, timeout))
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as e:
+                if e.errno == errno.EAGAIN:
+                    break
+                if e.errno == errno.EPIPE and stat.S_ISCHR(st.st_mode):
+                    overwritten += 1
+                    continue
+                raise
+            if not chunk:
+                break
+            kept.add(chunk)
+        data = kept.data()
+        return TailRead(data, kept.dropped, overwritten)
+    finally:
+        os.close(fd)
 
 
 def try_read_text(path, limit=DEFAULT_LIMIT):
@@ -284,20 +441,30 @@ def _reap_orphans(known):
 
 
 class CommandResult(object):
-    __slots__ = ("argv", "rc", "stdout", "stderr", "elapsed")
+    """A finished command: ``rc`` (None when it was cut off at its deadline; negative: killed
+    by that signal), ``stdout``/``stderr`` bytes, ``elapsed`` seconds. With ``keep`` set,
+    ``truncated`` says stdout was cut to its bound and ``dropped`` how many bytes of it were
+    not kept (keep="head": at least that many, the command was stopped)."""
 
-    def __init__(self, argv, rc, stdout, stderr, elapsed):
+    __slots__ = ("argv", "rc", "stdout", "stderr", "elapsed", "truncated", "dropped")
+
+    def __init__(self, argv, rc, stdout, stderr, elapsed, truncated=False, dropped=0):
         self.argv = argv
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
         self.elapsed = elapsed
+        self.truncated = truncated
+        self.dropped = dropped
 
     def text(self, which="stdout"):
         return getattr(self, which).decode("utf-8", "replace")
 
 
-def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
+KEEP_MODES = (None, "head", "tail")
+
+
+def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0, keep=None):
     """Run ``argv`` (a list; no shell) with stdin from /dev/null, at most ``timeout`` seconds and
     ``limit`` bytes of stdout and of stderr each.
 
@@ -306,9 +473,21 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
     the output exceeds ``limit``, and ``OSError`` when the command cannot be started. A process
     in uninterruptible sleep that ignores SIGKILL is waited for at most ``grace`` seconds more,
     then abandoned: the caller never blocks past ``timeout + grace``.
+
+    ``keep`` is for logs, where the newest records matter and the output may be larger than
+    any bound: output past ``limit`` is then kept in part and said, never an error.
+    ``keep="head"`` (a command that prints the newest first, ``journalctl -r``): once stdout
+    passes ``limit`` the command is stopped (killed) and its first ``limit`` bytes up to the last
+    whole line are kept. ``keep="tail"`` (newest last, ``dmesg``): the command runs to its end
+    (or the deadline), all output is read and the last ``limit`` bytes from the first whole
+    line on are kept. Either way the result says ``truncated`` and ``dropped``, and a
+    :class:`CommandTimeout` carries what was printed before the deadline in ``result``. stderr is
+    kept the same way (its bound only ever cuts it).
     """
     if not isinstance(argv, (list, tuple)) or not argv:
         raise UnsafeInput("command must be a non-empty list, got %r" % (argv,))
+    if keep not in KEEP_MODES:
+        raise UnsafeInput("keep must be one of None, 'head', 'tail', got %r" % (keep,))
     timeout = check_timeout(timeout)
     subreaper = _become_subreaper()
     known = set(_children_of(os.getpid())) if subreaper else set()
@@ -317,9 +496,8 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             close_fds=True, start_new_session=True)
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: [], err_fd: []}
-    sizes = dict((fd, 0) for fd in bufs)
-    open_fds = list(bufs)
+    kept = {out_fd: _Kept(keep, limit), err_fd: _Kept(keep, limit)}
+    open_fds = list(kept)
     problem = None
     deadline = start + timeout
     try:
@@ -334,10 +512,11 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
                 if not chunk:
                     open_fds.remove(fd)
                     continue
-                bufs[fd].append(chunk)
-                sizes[fd] += len(chunk)
-                if sizes[fd] > limit:
+                kept[fd].add(chunk)
+                if kept[fd].overflow:
                     problem = "overflow"
+            if keep == "head" and kept[out_fd].dropped:
+                problem = "full"  # the newest records are in; the rest is not read
             if problem:
                 break
         if not problem:
@@ -363,15 +542,21 @@ def run_command(argv, timeout, limit=DEFAULT_LIMIT, env=None, grace=2.0):
             known.add(proc.pid)
             _reap_orphans(known)
     elapsed = time.monotonic() - start
-    if problem == "timeout":
-        raise CommandTimeout("%s did not finish within %gs; it was killed" % (argv[0], timeout))
     if problem == "overflow":
         raise UnsafeInput("%s printed more than %d bytes; it was killed" % (argv[0], limit))
-    return CommandResult(list(argv), proc.returncode, b"".join(bufs[out_fd]),
-                         b"".join(bufs[err_fd]), elapsed)
+    timed_out = problem == "timeout"
+    stdout = kept[out_fd].data(stopped=timed_out and keep is not None)
+    stderr = kept[err_fd].data(stopped=timed_out and keep is not None)
+    result = CommandResult(list(argv), None if timed_out else proc.returncode, stdout, stderr,
+                           elapsed, truncated=timed_out or bool(kept[out_fd].dropped),
+                           dropped=kept[out_fd].dropped)
+    if timed_out:
+        raise CommandTimeout("%s did not finish within %gs; it was killed" % (argv[0], timeout),
+                             result if keep is not None else None)
+    return result
 
 
 __all__ = ["UnsafeInput", "TooLarge", "CommandTimeout", "CommandResult", "read_bytes", "read_text",
-           "try_read_text", "check_timeout", "check_unit_name", "check_package_name",
+           "read_tail", "TailRead", "try_read_text", "check_timeout", "check_unit_name", "check_package_name",
            "check_path", "run_command", "DEFAULT_LIMIT", "live_processes", "STAT_PPID",
            "STAT_PGRP", "STAT_SESSION"]
