@@ -110,7 +110,12 @@ options:
     type: path
     default: /sys
   xid:
-    description: Read the kernel log for Xid events (gpu_facts O(kubegpu.fleet.gpu_facts#module:xid)).
+    description:
+      - Read the kernel log for Xid events (gpu_facts O(kubegpu.fleet.gpu_facts#module:xid)); the
+        newest 16 MiB of a larger log are scanned.
+      - A scan that could not read this boot's whole kernel log, or none of it, gives an
+        C(audit.module_failed) finding (evidence C(probe=gpu_facts), C(part=xid), C(error) the
+        warning in words) rather than a silent "no Xid".
     type: bool
     default: true
   xid_timeout:

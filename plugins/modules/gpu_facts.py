@@ -81,8 +81,15 @@ options:
   xid:
     description:
       - Read the kernel log of this boot for NVIDIA Xid events (C(journalctl -k -b), then
-        O(kmsg_path), then C(dmesg)), bounded by O(xid_timeout) and 16 MiB
+        O(kmsg_path), then C(dmesg)), bounded by O(xid_timeout) and 16 MiB per source
         (RV(ansible_facts.nvidia.xid)).
+      - A larger log keeps its newest 16 MiB, the records that matter. The journal is read
+        newest record first (C(journalctl -r)) and stopped at the bound, O(kmsg_path) and
+        C(dmesg) are read to their end keeping their last 16 MiB. What was not scanned (the
+        oldest part, records the kernel ring buffer had already overwritten, a source that
+        timed out), or that no source could be read at all, is said in
+        RV(ansible_facts.nvidia.xid.warning), as a module warning and, in the audit, as an
+        C(audit.module_failed) finding - never as "no Xid".
     type: bool
     default: true
   xid_timeout:
@@ -330,7 +337,27 @@ ansible_facts:
               no kernel log could be read), C(attempts) (sources that failed, with the reason),
               C(stats), C(gpus) (per bus id - C(counts), C(last) event, C(action)), C(action)
               (the worst documented action) and C(events) (count). Null when O(xid=false).
+            - How much was scanned - C(scanned) (false when no source could be read),
+              C(truncated) (true when the oldest part of this boot's log was not scanned),
+              C(dropped_bytes) (at least that many older bytes cut) and C(warning) (what was
+              not scanned or why nothing was, in words; null when the whole log was).
           type: dict
+          contains:
+            scanned:
+              description: A kernel log source was read; false means Xid errors cannot be ruled out.
+              type: bool
+            truncated:
+              description: Only the newest part of this boot's kernel log was scanned.
+              type: bool
+            dropped_bytes:
+              description: Older bytes of the log that were cut (at least; some cuts have no known size).
+              type: int
+            warning:
+              description:
+                - Starts with C(kernel log truncated) (the source, then what was not scanned) or
+                  with C(no kernel log could be read) (each source and why), and says that Xid
+                  errors there cannot be ruled out. Null when the whole log was scanned.
+              type: str
         presence:
           description:
             - GPUs on the PCI bus vs GPUs the driver lists - C(ok), C(compared) (false when the

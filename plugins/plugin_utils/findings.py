@@ -376,8 +376,31 @@ def rule_gpu_presence(ctx, expected_gpus=None):
 
 
 def rule_gpu_xid(ctx):
-    """gpu.xid: Xid events of this boot per GPU, with the action NVIDIA documents."""
+    """gpu.xid: Xid events of this boot per GPU, with the action NVIDIA documents. A scan that
+    read none or only the newest part of this boot's kernel log (its ``warning``) is also an
+    audit.module_failed warning: no Xid found is then no proof that there was none."""
     xid = _d(_d(ctx.get("nvidia")).get("xid"))
+    return _xid_scan_incomplete(xid) + _xid_events(xid)
+
+
+def _xid_scan_incomplete(xid):
+    warning = xid.get("warning")
+    if not isinstance(warning, str) or not warning:
+        return []
+    scanned = xid.get("scanned") is not False
+    return [finding("audit.module_failed", {
+        "probe": "gpu_facts", "part": "xid", "error": warning, "source": xid.get("source"),
+        "scanned": scanned, "truncated": bool(xid.get("truncated")),
+        "dropped_bytes": _num(xid.get("dropped_bytes"))},
+        title="Xid scan %s: %s" % ("incomplete" if scanned else "failed", warning),
+        remediation={"summary": "look for Xid errors in this boot's kernel log on the node by hand "
+                                "(journalctl -k -b | grep 'NVRM: Xid')%s"
+                                % ("" if scanned else "; let the audit read the journal, /dev/kmsg "
+                                   "or dmesg (root on the host, not a container without them)")},
+        references=REF_XID)]
+
+
+def _xid_events(xid):
     per_gpu = _d(xid.get("gpus"))
     if not per_gpu:
         return []

@@ -88,7 +88,9 @@ def node(tmp_path, driver):
                 f.write("".join(line + "\n" for line in log_lines))
             jc = os.path.join(self.bin, "journalctl")
             with open(jc, "w") as f:
-                f.write('#!/bin/sh\necho "$@" > %s\ncat %s\n' % (tmp_path / "journalctl.args", log))
+                # -r (newest first), as the real journalctl answers it.
+                f.write('#!/bin/sh\necho "$@" > %s\ncase " $* " in *" -r "*) tac %s ;; *) cat %s ;; esac\n'
+                        % (tmp_path / "journalctl.args", log, log))
             os.chmod(jc, 0o755)
             # dmesg as an unprivileged container sees it (kernel.dmesg_restrict=1).
             dm = os.path.join(self.bin, "dmesg")
@@ -153,7 +155,8 @@ def test_missing_gpu_health_and_xids(ansible, node, backend):
     assert x["gpus"]["0000:28:00.0"]["counts"] == {"48": 1, "63": 1}
     assert x["gpus"]["0000:28:00.0"]["action"] == "reset_gpu"  # Xid 48's workflow; 63 is ignore
     assert x["gpus"]["0000:38:00.0"]["action"] == "reboot"
-    assert x["action"] == "reboot"
+    assert x["gpus"]["0000:18:00.0"]["last"]["timestamp"] == 951.000001  # time order kept
+    assert x["action"] == "reboot" and x["warning"] is None
     args = open(os.path.join(os.path.dirname(node.proc), "journalctl.args")).read().split()
     assert args[:3] == ["-k", "-b", "--no-pager"] and "-n" in args
 

@@ -81,4 +81,6 @@ def gpu_facts_run(params, warn):
     for warning in facts.get("warnings") or []:
         if warning != probe.get("error"):
             warn("gpu_facts: %s" % warning)
+    if (facts.get("xid") or {}).get("warning"):
+        warn("gpu_facts: Xid scan: %s" % facts["xid"]["warning"])
     return dict(changed=False, ansible_facts={"nvidia": facts})

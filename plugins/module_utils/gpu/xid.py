@@ -8,15 +8,16 @@ name=..., GPU has fallen off the bus.`` (older drivers: ``NVRM: Xid (0000:03:00)
 :func:`parse_xid_events` finds them in kernel log text whatever the record prefix (``journalctl
 -k -o short-monotonic`` / ``-o json``, ``dmesg``, raw ``/dev/kmsg`` records), bounded in lines,
 bytes and line length; :func:`read_kernel_log` gets that text since boot from the journal, else
-``/dev/kmsg``, else ``dmesg``, each bounded in time and size; :func:`classify` maps an Xid to
-the resolution bucket NVIDIA's catalog documents and :func:`aggregate` folds events per GPU.
-Every catalog entry is sourced in docs/hardware-health.md.
+``/dev/kmsg``, else ``dmesg``, each bounded in time and size and keeping the newest part when
+the log is larger (:func:`scan_warning` says what was not scanned, or that nothing could be
+read: never a silent "no Xid"); :func:`classify` maps an Xid to the resolution bucket NVIDIA's
+catalog documents and :func:`aggregate` folds events per GPU. Every catalog entry is sourced
+in docs/hardware-health.md.
 """
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import errno
 import json
 import re
 
@@ -149,10 +150,11 @@ _XID_RE = re.compile(
     r"\s*(\d{1,5})(?:,\s*(.*))?$")
 _PID_RE = re.compile(r"^pid=('[^']*'|[^,]*),\s*name=([^,]*),\s*(.*)$")
 _PID_ONLY_RE = re.compile(r"^pid=('[^']*'|[^,]*),\s*(.*)$")
-# "[ 1234.567890] ..." (dmesg, journalctl -o short-monotonic)
-_BRACKET_TS_RE = re.compile(r"^\[\s*(\d+)\.(\d+)\]")
+# "[ 1234.567890] ..." (dmesg, journalctl -o short-monotonic). Numbers are bounded in digits (and
+# ASCII only) so that no field converts to an infinite or oversized number.
+_BRACKET_TS_RE = re.compile(r"^\[\s*([0-9]{1,12})\.([0-9]{1,9})\]")
 # /dev/kmsg record: "<prio>,<seq>,<usec>,<flags>[,...];<text>"
-_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;")
+_KMSG_RE = re.compile(r"^([0-9]{1,3}),([0-9]{1,20}),([0-9]{1,20}),[^;]*;")
 _JSON_BYTES_RE = re.compile(r'"MESSAGE"\s*:\s*\[')
 
 
@@ -166,7 +168,7 @@ def _json_message(line):
     """(message, monotonic seconds) of one ``journalctl -o json`` record, or (None, None)."""
     try:
         rec = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than json recurses
         return None, None
     if not isinstance(rec, dict):
         return None, None
@@ -180,10 +182,10 @@ def _json_message(line):
         return None, None
     ts = None
     mono = rec.get("__MONOTONIC_TIMESTAMP")
-    try:
-        ts = int(mono) / 1e6 if mono is not None else None
-    except (TypeError, ValueError):
-        ts = None
+    if isinstance(mono, str) and safe_io.is_ascii_digits(mono) and len(mono) <= 20:
+        ts = int(mono) / 1e6
+    elif isinstance(mono, int) and not isinstance(mono, bool) and 0 <= mono < 10 ** 20:
+        ts = mono / 1e6
     return msg, ts
 
 
@@ -303,71 +305,194 @@ def worst_action(per_gpu):
 
 # --------------------------------------------------------------------------- reading
 
+# First field of a /dev/kmsg record: "<prio>,<seq>,...": the kernel numbers records from 0 at boot.
+_KMSG_SEQ_RE = re.compile(br"^\d{1,3},(\d{1,20}),")
+
+
+def _size(n):
+    if n < 1024:
+        return "%d bytes" % n
+    if n < 1 << 20:
+        return "%.1f KiB" % (n / 1024.0)
+    return "%.1f MiB" % (n / float(1 << 20))
+
+
+def _log(data, source, attempts, notes=None, dropped=0):
+    return {"data": data, "source": source, "attempts": attempts, "notes": list(notes or []),
+            "dropped_bytes": dropped}
+
+
 def read_kernel_log(timeout=10.0, limit=MAX_BYTES, journalctl="journalctl", kmsg="/dev/kmsg",
                     dmesg="dmesg", max_lines=MAX_LINES):
-    """Kernel log text since boot: ``(data, source, attempts)``.
+    """The newest kernel log of this boot, oldest line first, from the first source that answers.
 
-    Tries ``journalctl -k -b`` (newest ``max_lines`` records, ``short-monotonic``; an empty
-    answer counts as a failure), then a non-blocking read of ``/dev/kmsg`` (the ring buffer; character device), then ``dmesg``.
+    Returns ``{"data", "source", "attempts", "notes", "dropped_bytes"}``: ``data`` (bytes, None
+    when no source worked) from ``source`` (``journal``, ``kmsg`` or ``dmesg``); ``attempts``
+    lists ``{"source", "error"}`` for the sources that failed before it; ``notes`` says what of
+    this boot's log was not read (empty when all of it was) and ``dropped_bytes`` how many older
+    bytes were cut (at least: an unknown amount is only in ``notes``).
+
     Each source is bounded by ``timeout`` seconds (commands are killed with their descendants)
-    and ``limit`` bytes; ``attempts`` lists ``{"source", "error"}`` for the sources that failed.
-    ``data`` is None when none worked. Any of the three can be set to None to skip it.
+    and ``limit`` bytes, and on overflow keeps the newest ``limit`` bytes - the newest records
+    are the ones that matter:
+
+    * ``journalctl -k -b -r -n max_lines`` prints the newest record first: it is stopped once
+      ``limit`` bytes are in (or at the deadline, keeping what it printed) and its lines are put
+      back in time order. An empty answer is a failure (journald does not collect the kernel's
+      messages here: a container, ``ReadKMsg=no``).
+    * ``kmsg`` (``/dev/kmsg``, a character device read without blocking until it has no more
+      records; or a file) keeps its last ``limit`` bytes. Its records are numbered from 0 at
+      boot: a first record numbered N means the kernel ring buffer had already overwritten N.
+    * ``dmesg`` runs to its end and its last ``limit`` bytes are kept.
+
+    Any of the three can be set to None to skip it.
     """
     timeout = safe_io.check_timeout(timeout, "timeout", minimum=0.1, maximum=600)
     attempts = []
     if journalctl:
-        argv = [journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic",
-                "-n", str(int(max_lines))]
-        err = _try_command(argv, timeout, limit)
-        if isinstance(err, bytes) and err.strip():
-            return err, "journal", attempts
-        if isinstance(err, bytes):
-            # A booted kernel always logs something: an empty answer means journald does not
-            # collect kernel messages here (a container, ReadKMsg=no), not a quiet kernel.
-            err = "the journal holds no kernel messages for this boot"
-        attempts.append({"source": "journal", "error": err})
+        got = _read_journal(journalctl, timeout, limit, max_lines)
+        if isinstance(got, dict):
+            got["attempts"] = attempts
+            return got
+        attempts.append({"source": "journal", "error": got})
     if kmsg:
-        try:
-            data = safe_io.read_bytes(kmsg, limit=limit, allow_char_device=True)
-            return data, "kmsg", attempts
-        except safe_io.UnsafeInput as e:
-            attempts.append({"source": "kmsg", "error": str(e)})
-        except (IOError, OSError) as e:
-            why = "records were overwritten while reading" if e.errno == errno.EPIPE else (e.strerror or str(e))
-            attempts.append({"source": "kmsg", "error": "%s: %s" % (kmsg, why)})
+        got = _read_kmsg(kmsg, timeout, limit)
+        if isinstance(got, dict):
+            got["attempts"] = attempts
+            return got
+        attempts.append({"source": "kmsg", "error": got})
     if dmesg:
-        err = _try_command([dmesg], timeout, limit)
-        if isinstance(err, bytes):
-            return err, "dmesg", attempts
-        attempts.append({"source": "dmesg", "error": err})
-    return None, None, attempts
+        got = _read_dmesg(dmesg, timeout, limit)
+        if isinstance(got, dict):
+            got["attempts"] = attempts
+            return got
+        attempts.append({"source": "dmesg", "error": got})
+    return _log(None, None, attempts)
 
 
-def _try_command(argv, timeout, limit):
-    """stdout bytes, or a reason string."""
+def _read_journal(journalctl, timeout, limit, max_lines):
+    """The journal's newest kernel records in time order (a :func:`_log` dict), or a reason."""
+    argv = [journalctl, "-k", "-b", "--no-pager", "-q", "-o", "short-monotonic", "-r",
+            "-n", str(int(max_lines))]
+    notes = []
     try:
-        res = safe_io.run_command(argv, timeout, limit=limit)
-    except safe_io.UnsafeInput as e:  # includes CommandTimeout
+        res = safe_io.run_command(argv, timeout, limit=limit, keep="head")
+    except safe_io.CommandTimeout as e:
+        if e.result is None or not e.result.stdout.strip():
+            return str(e)
+        # Newest first: what it printed before the deadline is the newest part of the log.
+        res = e.result
+        notes.append("journalctl did not finish within %gs: only the newest %s it printed were "
+                     "scanned" % (timeout, _size(len(res.stdout))))
+    except safe_io.UnsafeInput as e:
         return str(e)
     except (IOError, OSError) as e:
-        return "%s: %s" % (argv[0], e.strerror or e)
+        return "%s: %s" % (journalctl, e.strerror or e)
+    if res.rc not in (0, None) and not res.truncated:
+        return _exit_reason(journalctl, res)
+    if not res.stdout.strip():
+        # A booted kernel always logs something: an empty answer means journald does not
+        # collect kernel messages here (a container, ReadKMsg=no), not a quiet kernel.
+        return "the journal holds no kernel messages for this boot"
+    lines = res.stdout.rstrip(b"\n").split(b"\n")
+    if res.truncated and not notes:
+        notes.append("this boot's kernel messages in the journal exceed %s: only the newest %s "
+                     "were scanned" % (_size(limit), _size(len(res.stdout))))
+    if len(lines) >= max_lines:
+        notes.append("journalctl -n %d: only the newest %d records were read" % (max_lines, max_lines))
+    lines.reverse()
+    return _log(b"\n".join(lines) + b"\n", "journal", None, notes)
+
+
+def _read_kmsg(kmsg, timeout, limit):
+    """The kernel ring buffer's newest ``limit`` bytes (a :func:`_log` dict), or a reason."""
+    try:
+        tail = safe_io.read_tail(kmsg, limit=limit, timeout=timeout, allow_char_device=True)
+    except safe_io.UnsafeInput as e:
+        return str(e)
+    except (IOError, OSError) as e:
+        return "%s: %s" % (kmsg, e.strerror or e)
+    if not tail.data.strip():
+        return "%s holds no kernel records" % kmsg
+    notes = []
+    if tail.dropped:
+        notes.append("%s holds more than %s: the oldest %s were not scanned"
+                     % (kmsg, _size(limit), _size(tail.dropped)))
+    if tail.overwritten:
+        notes.append("the kernel overwrote records of %s while it was read (%d times)"
+                     % (kmsg, tail.overwritten))
+    m = _KMSG_SEQ_RE.match(tail.data)
+    if m and not tail.dropped and int(m.group(1)) > 0:
+        notes.append("the kernel ring buffer no longer holds the first %d records of this boot"
+                     % int(m.group(1)))
+    return _log(tail.data, "kmsg", None, notes, tail.dropped)
+
+
+def _read_dmesg(dmesg, timeout, limit):
+    """``dmesg``'s newest ``limit`` bytes (a :func:`_log` dict), or a reason."""
+    try:
+        res = safe_io.run_command([dmesg], timeout, limit=limit, keep="tail")
+    except safe_io.UnsafeInput as e:  # includes CommandTimeout: its output is the oldest part
+        return str(e)
+    except (IOError, OSError) as e:
+        return "%s: %s" % (dmesg, e.strerror or e)
     if res.rc != 0:
-        err = res.text("stderr").strip().splitlines()
-        return "%s exited %d%s" % (argv[0], res.rc, (": " + err[-1][:200]) if err else "")
-    return res.stdout
+        return _exit_reason(dmesg, res)
+    if not res.stdout.strip():
+        return "%s printed no kernel records" % dmesg
+    notes = []
+    if res.truncated:
+        notes.append("dmesg printed more than %s: the oldest %s were not scanned"
+                     % (_size(limit), _size(res.dropped)))
+    return _log(res.stdout, "dmesg", None, notes, res.dropped)
+
+
+def _exit_reason(argv0, res):
+    err = res.text("stderr").strip().splitlines()
+    return "%s exited %d%s" % (argv0, res.rc, (": " + err[-1][:200]) if err else "")
+
+
+def scan_warning(log, stats=None):
+    """The warning for a kernel log scan that did not cover this boot's whole log, or None.
+
+    ``log`` is :func:`read_kernel_log`'s dict, ``stats`` :func:`parse_xid_events`'s."""
+    if log["data"] is None:
+        if not log["attempts"]:
+            return "no kernel log source is enabled: Xid errors cannot be ruled out"
+        return "no kernel log could be read (%s): Xid errors cannot be ruled out" % ", ".join(
+            "%s: %s" % (a["source"], a["error"]) for a in log["attempts"])
+    notes = list(log["notes"])
+    stats = stats or {}
+    if stats.get("truncated_bytes"):
+        notes.append("the oldest %s read were not scanned" % _size(stats["truncated_bytes"]))
+    if stats.get("truncated_lines"):
+        notes.append("only the newest %d lines were scanned (%d older lines were not)"
+                     % (stats["lines"], stats["truncated_lines"]))
+    if not notes:
+        return None
+    return "kernel log truncated (%s): %s; Xid errors in the part not scanned cannot be ruled out" % (
+        log["source"], "; ".join(notes))
 
 
 def xid_report(timeout=10.0, limit=MAX_BYTES, **sources):
     """Read, parse and aggregate: the node's Xid facts in one dict.
 
-    ``{"source", "attempts", "stats", "gpus": {bus_id: ...}, "action", "events"}`` (``events``
-    is the count). ``source`` None means no kernel log could be read (``attempts`` says why).
+    ``{"source", "attempts", "stats", "gpus": {bus_id: ...}, "action", "events", "scanned",
+    "truncated", "dropped_bytes", "warning"}`` (``events`` is the count). ``source`` None and
+    ``scanned`` false mean no kernel log could be read (``attempts`` says why); ``truncated``
+    means the oldest part of this boot's log was not scanned (``dropped_bytes``: at least that
+    many bytes). ``warning`` says either in words, None when the whole log was scanned: no Xid
+    found is then "none in the log", not "none in the part that could be read".
     """
-    data, source, attempts = read_kernel_log(timeout=timeout, limit=limit, **sources)
-    if data is None:
-        return {"source": None, "attempts": attempts, "stats": None, "gpus": {},
-                "action": "none", "events": 0}
-    events, stats = parse_xid_events(data, max_bytes=limit)
+    log = read_kernel_log(timeout=timeout, limit=limit, **sources)
+    if log["data"] is None:
+        return {"source": None, "attempts": log["attempts"], "stats": None, "gpus": {},
+                "action": "none", "events": 0, "scanned": False, "truncated": False,
+                "dropped_bytes": 0, "warning": scan_warning(log)}
+    events, stats = parse_xid_events(log["data"], max_bytes=limit)
     per_gpu = aggregate(events)
-    return {"source": source, "attempts": attempts, "stats": stats, "gpus": per_gpu,
-            "action": worst_action(per_gpu), "events": len(events)}
+    warning = scan_warning(log, stats)
+    return {"source": log["source"], "attempts": log["attempts"], "stats": stats, "gpus": per_gpu,
+            "action": worst_action(per_gpu), "events": len(events), "scanned": True,
+            "truncated": warning is not None,
+            "dropped_bytes": log["dropped_bytes"] + stats["truncated_bytes"], "warning": warning}

@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 import json
 import os
 import stat
+import sys
 
 import pytest
 
@@ -90,6 +91,26 @@ def test_hostile_input_non_utf8_huge_line_no_newline_and_bounds():
     assert gpu_xid.parse_xid_events(fake)[0] == []
 
 
+def test_hostile_numbers_and_nesting_never_raise():
+    """Fields a hostile log could make huge or deep: never an exception, never an infinite
+    timestamp; the Xid itself is still read."""
+    rec = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+    found = [(79, None)]
+    cases = [('{"MESSAGE": [' + "[" * 5000, []),                                 # deeper than json recurses
+             ('{"MESSAGE": %s, "__MONOTONIC_TIMESTAMP": "%s"}' % (json.dumps(rec), "9" * 400), found),
+             ('{"MESSAGE": %s, "__MONOTONIC_TIMESTAMP": 1e400}' % json.dumps(rec), found),
+             # Python 3.11+ refuses to convert an integer this long (the record is skipped);
+             # older ones read it, and the timestamp is out of range
+             ('{"MESSAGE": %s, "__MONOTONIC_TIMESTAMP": %s}' % (json.dumps(rec), "9" * 5000),
+              [] if hasattr(sys, "get_int_max_str_digits") else found),
+             ("4,1,%s,-;%s" % ("9" * 400, rec), found),                           # kmsg usec
+             ("[%s.5] %s" % ("9" * 400, rec), found),                             # dmesg seconds
+             ("\u0663,1,5,-;" + rec, found)]                                      # non-ASCII digit
+    for line, want in cases:
+        events, _stats = gpu_xid.parse_xid_events(line)
+        assert [(e["xid"], e["timestamp"]) for e in events] == want, line[:60]
+
+
 @pytest.mark.parametrize("xid, action, bucket", [
     (13, "restart_app", "RESTART_APP"), (31, "restart_app", "RESTART_APP"),
     (43, "ignore", "IGNORE"), (48, "reset_gpu", "WORKFLOW_XID_48"), (63, "ignore", "IGNORE"),
@@ -139,8 +160,10 @@ def test_reader_uses_the_journal_with_bounded_arguments(tmp_path):
                  % (args, R535_79))
     rep = gpu_xid.xid_report(timeout=10, journalctl=jc, kmsg=None, dmesg=None)
     assert rep["source"] == "journal" and rep["events"] == 1 and rep["action"] == "reboot"
+    # Newest record first (-r): a bound on the output keeps the newest records.
     assert args.read_text().split() == ["-k", "-b", "--no-pager", "-q", "-o", "short-monotonic",
-                                        "-n", str(gpu_xid.MAX_LINES)]
+                                        "-r", "-n", str(gpu_xid.MAX_LINES)]
+    assert rep["scanned"] is True and rep["truncated"] is False and rep["warning"] is None
 
 
 def test_reader_falls_back_from_hung_journal_to_kmsg(tmp_path):
@@ -165,10 +188,12 @@ def test_reader_empty_journal_is_no_kernel_log(tmp_path):
 
 
 def test_reader_kmsg_character_device_then_dmesg(tmp_path):
-    # A character device with nothing to read (the kernel's /dev/null) is read, not refused.
-    data, source, attempts = gpu_xid.read_kernel_log(journalctl=str(tmp_path / "absent"),
-                                                     kmsg="/dev/null", dmesg=None)
-    assert (data, source) == (b"", "kmsg") and "absent" in attempts[0]["error"]
+    # A character device is read, not refused; with nothing in it (the kernel's /dev/null) it is
+    # no kernel log: a booted kernel always logs something.
+    log = gpu_xid.read_kernel_log(journalctl=str(tmp_path / "absent"), kmsg="/dev/null", dmesg=None)
+    assert (log["data"], log["source"]) == (None, None)
+    assert "absent" in log["attempts"][0]["error"]
+    assert log["attempts"][1] == {"source": "kmsg", "error": "/dev/null holds no kernel records"}
     fifo = tmp_path / "kmsg-fifo"
     os.mkfifo(str(fifo))
     dm = _script(tmp_path / "dmesg", 'echo "[ 7.25] %s"' % R384_48)
@@ -177,12 +202,15 @@ def test_reader_kmsg_character_device_then_dmesg(tmp_path):
     assert "a FIFO" in rep["attempts"][0]["error"]
 
 
-def test_reader_output_bound_and_nothing_readable(tmp_path):
-    jc = _script(tmp_path / "journalctl", "head -c 300000 /dev/zero")
+def test_reader_nothing_readable_is_a_warning_never_no_xid(tmp_path):
+    jc = _script(tmp_path / "journalctl", "exit 0")
     dm = _script(tmp_path / "dmesg", "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1")
     rep = gpu_xid.xid_report(limit=100000, journalctl=jc, kmsg=str(tmp_path / "no-kmsg"), dmesg=dm)
-    assert rep["source"] is None and rep["events"] == 0
+    assert rep["source"] is None and rep["events"] == 0 and rep["scanned"] is False
     errs = [a["error"] for a in rep["attempts"]]
-    assert "printed more than 100000 bytes" in errs[0]
+    assert errs[0] == "the journal holds no kernel messages for this boot"
     assert "No such file" in errs[1]
     assert errs[2].endswith("exited 1: dmesg: read kernel buffer failed: Operation not permitted")
+    assert rep["warning"].startswith("no kernel log could be read (journal: the journal holds no kernel")
+    assert rep["warning"].endswith("dmesg: read kernel buffer failed: Operation not permitted): "
+                                   "Xid errors cannot be ruled out")
