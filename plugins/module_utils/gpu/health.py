@@ -28,6 +28,7 @@ import re
 import xml.etree.ElementTree as ET
 
 MAX_XML = 8 << 20  # an 8-GPU node's full -q -x is about 200 KiB
+MAX_FIELD = 256    # longest element text read: nvidia-smi's values are short (names, numbers)
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -51,12 +52,16 @@ class HealthParseError(ValueError):
 # --------------------------------------------------------------------------- XML
 
 def _text(elem, path):
+    """Stripped text at ``path``; None when missing, empty or longer than ``MAX_FIELD`` (no
+    nvidia-smi value is: a huge one is not believed, nor converted to a number)."""
     if elem is None:
         return None
     node = elem.find(path)
     if node is None or node.text is None:
         return None
     text = node.text.strip()
+    if len(text) > MAX_FIELD:
+        return None
     return text or None
 
 

@@ -30,6 +30,7 @@ GPU_CLASSES = {CLASS_VGA: "vga", CLASS_3D: "3d"}
 MAX_DEVICES = 4096          # far above any real PCI hierarchy; a larger listing is refused
 ATTR_LIMIT = 64             # "0x10de\n" is 7 bytes; sysfs attributes this reads are tiny
 
+_HEX_ATTR_RE = re.compile(r"^0x[0-9A-Fa-f]{1,8}\n?\Z")
 _BUS_ID_RE = re.compile(
     r"^(?:PCI:)?(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.([0-7]))?$")
 
@@ -58,10 +59,11 @@ def _hex_attr(path):
         return None, err
     if text is None:
         return None, "%s is missing" % path
-    try:
-        return int(text.strip(), 16), None
-    except ValueError:
+    # The kernel writes "0x%04x\n" / "0x%06x\n": int(..., 16) alone would also take "1_0de" and
+    # non-ASCII digits.
+    if not _HEX_ATTR_RE.match(text):
         return None, "%s does not hold a hex number: %r" % (path, text.strip()[:32])
+    return int(text.strip(), 16), None
 
 
 def _driver_of(entry):

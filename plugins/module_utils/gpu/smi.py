@@ -17,7 +17,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
-import xml.etree.ElementTree as ET
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import (
+    MAX_FIELD,
+    MAX_XML,
+    HealthParseError,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import _document_root as document_root
 
 # nvmlReturn_t values (NVML API reference, nvmlReturn_t enum).
 NVML_ERROR_NAMES = {
@@ -73,16 +79,23 @@ def error_name(code):
 
 
 def _text(elem, path):
-    """Stripped text at ``path`` under elem, None when missing, empty or "N/A"."""
+    """Stripped text at ``path`` under elem, None when missing, empty, "N/A" or longer than
+    ``MAX_FIELD`` (no value nvidia-smi prints is)."""
     if elem is None:
         return None
     node = elem.find(path)
     if node is None or node.text is None:
         return None
     text = node.text.strip()
-    if not text or text == "N/A":
+    if not text or text == "N/A" or len(text) > MAX_FIELD:
         return None
     return text
+
+
+def _attr(elem, name):
+    """An attribute's value, None when missing, empty or longer than ``MAX_FIELD``."""
+    value = (elem.get(name) or "").strip()
+    return value if value and len(value) <= MAX_FIELD else None
 
 
 def _int(text):
@@ -116,21 +129,14 @@ def parse_smi_xml(text):
     GPU is ``{"uuid", "name", "minor_number", "pci_bus_id", "memory_total_mib",
     "mig_mode": {"current", "pending"}, "mig_devices": [{"index", "gpu_instance_id",
     "compute_instance_id", "multiprocessor_count", "memory_total_mib"}]}``. Raises
-    SmiParseError when the text is not an nvidia_smi_log document.
+    SmiParseError when the text is not an nvidia_smi_log document, is larger than ``MAX_XML``
+    or declares entities (the one guarded parse of health.py: the same bounds for both readers
+    of the document).
     """
-    start = (text or "").find("<nvidia_smi_log")
-    if start < 0:
-        raise SmiParseError("no <nvidia_smi_log> document in nvidia-smi output")
-    # Drop the XML declaration / DOCTYPE (it names an external DTD nobody should fetch).
-    body = text[start:]
-    end = body.rfind("</nvidia_smi_log>")
-    if end < 0:
-        raise SmiParseError("nvidia-smi XML is truncated (no </nvidia_smi_log>)")
-    body = body[:end + len("</nvidia_smi_log>")]
     try:
-        root = ET.fromstring(body)
-    except ET.ParseError as e:
-        raise SmiParseError("cannot parse nvidia-smi XML: %s" % e)
+        root = document_root(text or "", MAX_XML)
+    except HealthParseError as e:
+        raise SmiParseError(str(e))
     out = {
         "driver_version": _text(root, "driver_version"),
         "cuda_driver_version": _text(root, "cuda_version"),
@@ -152,7 +158,7 @@ def parse_smi_xml(text):
             "uuid": _uuid(_text(gpu, "uuid"), "GPU-"),
             "name": _text(gpu, "product_name"),
             "minor_number": _int(_text(gpu, "minor_number")),
-            "pci_bus_id": _text(gpu, "pci/pci_bus_id") or (gpu.get("id") or None),
+            "pci_bus_id": _text(gpu, "pci/pci_bus_id") or _attr(gpu, "id"),
             "memory_total_mib": _mib(_text(gpu, "fb_memory_usage/total")),
             "mig_mode": {
                 "current": mig_mode_value(_text(mig_node, "current_mig") if mig_node is not None else None),
