@@ -383,7 +383,10 @@ ansible_facts:
           type: list
           elements: dict
         kernel_modules:
-          description: C(nvidia), C(nvidia_uvm), C(nvidia_modeset), C(nvidia_drm), C(nvidia_peermem), each C(loaded), C(refcount), C(state).
+          description:
+            - C(nvidia), C(nvidia_uvm), C(nvidia_modeset), C(nvidia_drm), C(nvidia_peermem), each C(loaded),
+              C(refcount) and C(state).
+            - C(refcount) is null where the kernel cannot unload modules and prints C(-) in C(/proc/modules).
           type: dict
         warnings:
           description:

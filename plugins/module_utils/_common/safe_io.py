@@ -120,10 +120,8 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
     if fd is None:
         return None
     try:
-        regular = stat.S_ISREG(st.st_mode)
-        if regular and st.st_size > limit:
-            raise TooLarge("%s is %d bytes, more than the %d bytes this reads"
-                           % (path, st.st_size, limit))
+        # The bound is enforced on what is read, never on st_size: sysfs reports every
+        # attribute as 4096 bytes (a PCI "vendor" file holds 7) and procfs reports 0.
         chunks = []
         total = 0
         while True:
@@ -138,8 +136,9 @@ def read_bytes(path, limit=DEFAULT_LIMIT, missing_ok=False, allow_char_device=Fa
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                # procfs/sysfs report size 0: the bound is enforced on what was read.
-                raise TooLarge("%s holds more than the %d bytes this reads" % (path, limit))
+                size = (" (it is %d bytes)" % st.st_size
+                        if stat.S_ISREG(st.st_mode) and st.st_size > limit else "")
+                raise TooLarge("%s holds more than the %d bytes this reads%s" % (path, limit, size))
         return b"".join(chunks)
     finally:
         os.close(fd)
