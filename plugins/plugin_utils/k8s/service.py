@@ -117,3 +117,36 @@ def read_cluster(client):
                                  field_selector="involvedObject.uid=%s" % meta["uid"],
                                  what="list Events of Pod %s/%s" % (meta["namespace"], meta.get("name"))))
     return {"nodes": nodes, "pods": pods, "daemonsets": daemonsets, "events": events, "calls": 3 + len(pending)}
+
+
+def create(client, api_version, plural, body, namespace=None, what=None):
+    """POST a new object; the object as stored (K8sError 409 when the name exists)."""
+    name = ((body or {}).get("metadata") or {}).get("name")
+    return client.request(what or "create %s %s" % (plural, name), "POST",
+                          object_path(api_version, plural, None, namespace), body=body,
+                          content_type="application/json")
+
+
+def replace(client, api_version, plural, name, body, namespace=None, what=None):
+    """PUT the whole object; with ``metadata.resourceVersion`` set the API refuses (409) a write to
+    any other version: the compare-and-swap every lock relies on."""
+    return client.request(what or "update %s %s" % (plural, name), "PUT",
+                          object_path(api_version, plural, name, namespace), body=body,
+                          content_type="application/json")
+
+
+def delete(client, api_version, plural, name, namespace=None, resource_version=None, what=None):
+    """DELETE an object, only at ``resource_version`` when given (409 otherwise); True when it was
+    deleted, False when it did not exist."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    if resource_version:
+        body["preconditions"] = {"resourceVersion": str(resource_version)}
+    try:
+        client.request(what or "delete %s %s" % (plural, name), "DELETE",
+                       object_path(api_version, plural, name, namespace), body=body,
+                       content_type="application/json")
+    except K8sError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
