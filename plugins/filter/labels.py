@@ -13,7 +13,7 @@ name: has_label
 short_description: Does a Kubernetes object carry a label (key=value, or key with any value)?
 version_added: 0.3.0
 description:
-  - The parser behind O(kubegpu.fleet.rolling_reboot#role:kubegpu_skip_label) in every role of the collection.
+  - The parser behind O(kubegpu.fleet._common#role:shared:kubegpu_skip_label) in every role of the collection.
   - C(key=value) matches the label with exactly that value; C(key) matches the label with any
     value; an empty selector matches nothing.
 options:

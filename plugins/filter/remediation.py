@@ -16,7 +16,7 @@ name: remediation_verdict
 short_description: Split the findings left after remediation into unresolved ones and those left for a person
 version_added: 0.3.0
 description:
-  - The final check of the P(kubegpu.fleet.remediate#playbook) playbook.
+  - The final check of the C(kubegpu.fleet.remediate) playbook.
   - A finding at or above O(fail_on) that the node's remediation plan (made from the audit before
     the rollout) marked manual - left for a person, such as the cluster components the GPU Operator
     or Helm deploy - is listed in RV(_value.left_for_person); every other one (something the rollout
@@ -52,8 +52,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(unresolved) and C(left_for_person), lists of C({node, id, severity}).
+  description: The findings left, split in two.
   type: dict
+  contains:
+    unresolved:
+      description: Findings the rollout should have fixed, or that appeared during it, or cluster-wide ones.
+      type: list
+      elements: dict
+      sample: [{"node": "gpu-7", "id": "driver.known_bad", "severity": "critical"}]
+    left_for_person:
+      description: Findings the node's remediation plan marked manual.
+      type: list
+      elements: dict
 """
 
 
