@@ -1,13 +1,17 @@
-"""Command line of the GPU node lab: ``PYTHONPATH=lab python -m kubegpu_lab COMMAND``.
+"""Command line of the GPU node lab: ``kubegpu-lab COMMAND`` where the ``kubegpu-lab`` wheel is
+installed, ``PYTHONPATH=lab python -m kubegpu_lab COMMAND`` from a checkout.
 
+    check                                            can this machine run the lab? (JSON, exit 1 if not)
     up [--profile demo] [--name NAME] [--nodes N]   boot (or repair) a lab, print its status
+    up --platforms '[{"name": N, "profile": P}]'     boot nodes by node profile (see node-profiles)
     down [--name NAME | --all]                       power off, unmount, remove everything
     status [--name NAME] [--memory]                  nodes, API double, ports (JSON)
     reboot NODE [--name NAME]                        systemctl reboot inside NODE, wait for it
     ssh NODE [--name NAME] [-- COMMAND...]           root shell (or command) on NODE
     inventory | kubeconfig [--name NAME]             print the path of the generated file
     list                                             labs on this machine
-    profiles                                         available node profiles
+    profiles                                         available lab profiles
+    node-profiles                                    node profiles (``--platforms``, Molecule platforms)
     build [--rebuild]                                build the base image and package repository
 
 The lab name defaults to $KUBEGPU_LAB_NAME, else the profile name.
@@ -61,6 +65,8 @@ def build_parser():
     up.add_argument("--profile", default="demo", help="profile name in lab/profiles or a path (default demo)")
     up.add_argument("--name", help="lab name (default: $KUBEGPU_LAB_NAME or the profile name)")
     up.add_argument("--nodes", type=int, help="node count (repeats the profile's nodes)")
+    up.add_argument("--platforms", help="JSON list of {name, profile, node}: one node per entry by node "
+                                        "profile (instead of --profile)")
     up.add_argument("--no-install", action="store_true", help="refuse instead of apt-get installing host tools")
     up.add_argument("--no-settle", action="store_true", help="return once sshd answers on every node")
     down = sub.add_parser("down", help="tear a lab down")
@@ -81,6 +87,9 @@ def build_parser():
         x.add_argument("--name")
     sub.add_parser("list", help="labs on this machine")
     sub.add_parser("profiles", help="available profiles")
+    sub.add_parser("node-profiles", help="node profiles for --platforms and Molecule platforms")
+    chk = sub.add_parser("check", help="what the lab needs of this machine (JSON; exit 1 when it cannot run)")
+    chk.add_argument("--no-install", action="store_true", help="count missing Debian packages as problems")
     b = sub.add_parser("build", help="build the cached base image and package repository")
     b.add_argument("--rebuild", action="store_true")
     b.add_argument("--prune", action="store_true", help="remove cached images no lab under the lab root uses")
@@ -111,7 +120,14 @@ def dispatch(args):
         hostenv.require_root()
     if cmd == "up":
         lab = Lab(_name(args))
-        _print(lab.up(args.profile, node_count=args.nodes, install=not args.no_install,
+        profile = args.profile
+        if args.platforms:
+            try:
+                platforms = json.loads(args.platforms)
+            except ValueError as exc:
+                raise LabError("--platforms is not JSON: %s" % exc)
+            profile = profiles.compose(platforms, "--platforms")
+        _print(lab.up(profile, node_count=args.nodes, install=not args.no_install,
                       settle=not args.no_settle))
         return 0
     if cmd == "down":
@@ -147,6 +163,17 @@ def dispatch(args):
         return 0
     if cmd == "list":
         _print(all_labs())
+        return 0
+    if cmd == "check":
+        report = hostenv.check_host(install=not args.no_install)
+        _print(report)
+        for problem in report["problems"]:
+            sys.stderr.write("kubegpu-lab: cannot run here: %s\n" % problem)
+        return 0 if report["ok"] else 1
+    if cmd == "node-profiles":
+        catalog = profiles.node_profiles()[0]
+        _print(dict((name, "node %s of lab profile %s" % (node["name"], profiles.NODE_PROFILE_SOURCE))
+                    for name, node in catalog.items()))
         return 0
     if cmd == "profiles":
         names = sorted(os.path.splitext(f)[0] for f in os.listdir(profiles.PROFILE_DIR) if f.endswith(".yml"))

@@ -33,13 +33,60 @@ def missing_tools():
 
 
 def overlay_supported():
-    try:
-        with open("/proc/filesystems") as f:
-            if any(line.split()[-1] == "overlay" for line in f if line.strip()):
-                return True
-    except OSError:
-        pass
+    if _overlay_listed():
+        return True
     run(["modprobe", "overlay"], check=False, capture=True)
+    return _overlay_listed()
+
+
+ROOT_MESSAGE = ("the GPU node lab must run as root: it mounts overlay filesystems and boots "
+                "systemd-nspawn containers (run it with sudo, or as root in CI)")
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise LabError(ROOT_MESSAGE)
+
+
+def check_host(install=True):
+    """What the lab needs of this machine, checked without changing it (``kubegpu-lab check``,
+    the Molecule driver before every step). ``problems`` holds one message per requirement that
+    is not met and cannot be met by ``up`` itself (which apt-get installs missing Debian packages
+    when ``install`` and apt-get is there); an empty list means the lab can boot here.
+
+    Not required: the cgroup v1 devices controller or cgroup v2 BPF device programs. The lab's
+    containers get their device cgroups as plain files (docs/lab.md, "Device cgroups"), and the
+    node supervisors start systemd-nspawn with --keep-unit --register=no, so no device policy is
+    set up on the host."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append(ROOT_MESSAGE)
+    missing = missing_tools()
+    have_libc_dev = os.path.exists("/usr/include/stdio.h")
+    pkgs = sorted({HOST_TOOLS[t] for t in missing} | (set() if have_libc_dev else {"libc6-dev"}))
+    installable = install and shutil.which("apt-get") is not None
+    if pkgs and not installable:
+        problems.append("missing host tools: %s (Debian/Ubuntu packages: %s)%s"
+                        % (", ".join(missing) or "C headers", " ".join(pkgs),
+                           "" if shutil.which("apt-get") else "; this is not a Debian/Ubuntu host, "
+                           "install their equivalents"))
+    try:
+        layout = cgroup_layout()
+    except LabError as exc:
+        layout = None
+        problems.append(str(exc))
+    # listed, or a module `up` can load (modprobe -n changes nothing)
+    overlay = _overlay_listed() or (shutil.which("modprobe") is not None and run(
+        ["modprobe", "-n", "-q", "overlay"], check=False, capture=True, timeout=30).returncode == 0)
+    if not overlay:
+        problems.append("the kernel has no overlay filesystem (none in /proc/filesystems, no module "
+                        "modprobe could load): the lab keeps one read-only base image and a writable "
+                        "overlay per node")
+    return {"ok": not problems, "problems": problems, "root": os.geteuid() == 0, "missing_tools": missing,
+            "install_packages": pkgs if installable else [], "cgroup": layout, "overlay": overlay}
+
+
+def _overlay_listed():
     try:
         with open("/proc/filesystems") as f:
             return any(line.split()[-1] == "overlay" for line in f if line.strip())
@@ -47,15 +94,11 @@ def overlay_supported():
         return False
 
 
-def require_root():
-    if os.geteuid() != 0:
-        raise LabError("the GPU node lab must run as root: it mounts overlay filesystems and boots "
-                       "systemd-nspawn containers (run it with sudo, or as root in CI)")
-
-
 def ensure_host(install=True):
     """Refuse (LabError) where the lab cannot run; install missing Debian packages if allowed."""
-    require_root()
+    report = check_host(install=install)
+    if report["problems"]:
+        raise LabError("this machine cannot run the GPU node lab:\n- " + "\n- ".join(report["problems"]))
     missing = missing_tools()
     have_libc_dev = os.path.exists("/usr/include/stdio.h")
     if missing or not have_libc_dev:

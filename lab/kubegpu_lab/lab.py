@@ -24,13 +24,11 @@ import time
 
 import yaml
 
-from . import base, cgroups, hostenv, packages, profiles
+from . import base, cgroups, hostenv, packages, paths, profiles
 from .node import Node
 from .util import (LabError, file_lock, kill_quiet, log, mountpoints, pick_ports, pid_alive, proc_cmdline, read_json,
                    umount_tree, write_file, write_json)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LAB_DIR = os.path.dirname(HERE)
 DEFAULT_ROOT = "/var/lib/kubegpu-lab"
 DEFAULT_CACHE = "/var/cache/kubegpu-lab"
 SSH_PORT_BASE = 22200
@@ -140,7 +138,7 @@ class Lab(object):
         with open(seed_path, "w") as f:
             yaml.safe_dump_all(seed_docs, f, sort_keys=False)
         env = dict(os.environ)
-        env["PYTHONPATH"] = LAB_DIR
+        env["PYTHONPATH"] = paths.IMPORT_ROOT
         cmd = [sys.executable, "-m", "kubegpu_lab.apidouble", "--state-dir", self.api_dir,
                "--port", str(self.state["api_port"]), "--seed", seed_path]
         log_path = os.path.join(self.api_dir, "apidouble.log")

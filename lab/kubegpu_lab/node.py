@@ -19,14 +19,12 @@ import uuid
 
 import yaml
 
-from . import bootfs, cgroups
+from . import bootfs, cgroups, paths
 from .profiles import kubelet_config
 from .util import (LabError, is_mountpoint, kill_quiet, pid_alive, read_json, run, spawn_daemon,
                    umount_tree, wait_port, write_file, write_json)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LAB_DIR = os.path.dirname(HERE)
-NODE_KIT = os.path.join(LAB_DIR, "node")
+NODE_KIT = paths.NODE_KIT
 REPO_MOUNT = "/srv/kubegpu-lab/apt"
 PY_SHEBANG = "#!/usr/bin/python3\n"
 DEV_CHAR_UNIT = """[Unit]
@@ -262,7 +260,7 @@ class Node(object):
             "rootfs": self.rootfs, "bind_ro": [[self.lab.state["repo"], REPO_MOUNT]],
             "bind": [["/dev/fuse", "/dev/fuse"]] if os.path.exists("/dev/fuse") else []})
         env = dict(os.environ)
-        env["PYTHONPATH"] = LAB_DIR
+        env["PYTHONPATH"] = paths.IMPORT_ROOT
         for name in ("supervisor.json",):
             path = os.path.join(self.run_dir, name)
             if os.path.exists(path):

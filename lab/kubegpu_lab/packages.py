@@ -35,13 +35,11 @@ import tempfile
 
 import yaml
 
+from . import paths
 from .util import LabError, file_lock, log, run, write_file
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-LAB_DIR = os.path.dirname(HERE)
-REPO_ROOT = os.path.dirname(LAB_DIR)
-PKG_SRC = os.path.join(LAB_DIR, "packages")
-NVML_SRC = os.path.join(REPO_ROOT, "lab", "fakes", "nvml")
+PKG_SRC = paths.PACKAGES_DIR
+NVML_SRC = paths.NVML_SRC
 MAINTAINER = "kubegpu.fleet GPU node lab <lab@kubegpu.invalid>"
 ARCH = "amd64"
 MULTIARCH = "x86_64-linux-gnu"
@@ -73,7 +71,7 @@ def _inputs_hash():
             for name in sorted(files):
                 if name.endswith((".c", ".h", ".sh", ".yml", ".toml", ".rules", ".service", ".cfg")) or "." not in name:
                     path = os.path.join(dirpath, name)
-                    h.update(os.path.relpath(path, REPO_ROOT).encode() + b"\0")
+                    h.update(os.path.relpath(path, paths.DATA_DIR).encode() + b"\0")
                     with open(path, "rb") as f:
                         h.update(f.read())
     with open(os.path.abspath(__file__), "rb") as f:

@@ -11,11 +11,10 @@ import uuid
 
 import yaml
 
-from . import bootfs
+from . import bootfs, paths
 from .util import LabError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PROFILE_DIR = os.path.join(os.path.dirname(HERE), "profiles")
+PROFILE_DIR = paths.PROFILE_DIR
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 MIG_RE = re.compile(r"^(?:\d+c\.)?\d+g\.\d+gb(?:\+me)?$")
 GIB = 1024 ** 3
@@ -98,7 +97,49 @@ def profile_path(name_or_path):
     return os.path.join(PROFILE_DIR, name_or_path + ".yml")
 
 
+# The node profiles a Molecule platform (or ``up --platforms``) names: the nodes of this lab
+# profile, by their seed. Each brings the profile's defaults and cluster objects (device plugin
+# DaemonSets) with it, so a node is the same whichever lab it is booted in.
+NODE_PROFILE_SOURCE = "demo"
+
+
+def node_profiles():
+    """({node profile name (the seed): node entry}, profile document) of NODE_PROFILE_SOURCE."""
+    with open(profile_path(NODE_PROFILE_SOURCE)) as f:
+        doc = yaml.safe_load(f)
+    return dict((n["seed"], n) for n in doc["nodes"] if n.get("seed")), doc
+
+
+def compose(platforms, where="platforms"):
+    """A lab profile document from a list of ``{name, profile, node}``: one node per entry, the
+    node profile ``profile`` (node_profiles()) named ``name``, with ``node`` (optional, any
+    profile node key: gpus, driver, kubelet, ...) deep-merged over it."""
+    if not isinstance(platforms, list) or not platforms:
+        raise LabError("%s: needs a non-empty list of nodes ({name, profile})" % where)
+    catalog, doc = node_profiles()
+    nodes = []
+    for idx, plat in enumerate(platforms):
+        if not isinstance(plat, dict) or not plat.get("name"):
+            raise LabError("%s: entry #%d has no name" % (where, idx + 1))
+        prof = plat.get("profile")
+        if prof not in catalog:
+            raise LabError("%s: %s: profile %r is not a node profile (one of: %s)"
+                           % (where, plat["name"], prof, ", ".join(sorted(catalog))))
+        over = plat.get("node") or {}
+        if not isinstance(over, dict):
+            raise LabError("%s: %s: node must be a map of profile node keys, not %r" % (where, plat["name"], over))
+        node = deep_merge(catalog[prof], over)
+        node["name"] = str(plat["name"])
+        nodes.append(node)
+    return {"name": "platforms", "description": "nodes by node profile: %s"
+            % ", ".join("%s=%s" % (p["name"], p["profile"]) for p in platforms),
+            "defaults": doc.get("defaults") or {}, "nodes": nodes, "cluster": doc.get("cluster") or {}}
+
+
 def load_profile(name_or_path, node_count=None):
+    """A lab profile by name (lab/profiles/<name>.yml), path, or as a document (a dict)."""
+    if isinstance(name_or_path, dict):
+        return expand(name_or_path, name_or_path.get("name") or "profile", node_count)
     path = profile_path(name_or_path)
     try:
         with open(path) as f:
