@@ -135,7 +135,7 @@ class ActionModule(ActionBase):
         if not out["acquired"]:
             result["failed"] = True
             return
-        result["changed"] = out["action"] in ("create", "takeover") and not self._task.check_mode
+        result["changed"] = out["decision"] in ("create", "takeover") and not self._task.check_mode
         if args["renew"] and not self._task.check_mode:
             auth = dict((k, args[k]) for k in k8s_client.AUTH_ARG_SPEC if args.get(k) is not None)
             result["renewer"] = rollout_slot.spawn_renewer(

@@ -188,7 +188,7 @@ acquired:
   description: Whether this run holds a slot for the node now (C(state=acquire)).
   returned: when state is acquire
   type: bool
-action:
+decision:
   description: What the last decision was - C(create), C(takeover), C(renew) or C(wait).
   returned: when state is acquire
   type: str

@@ -180,7 +180,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
             poll=5.0,
             windows=None, prometheus=None, stop_hosts=None, failed_annotation="kubegpu.io/maintenance-failed",
             check_mode=False, clock=time.monotonic, sleep=time.sleep, wall=time.time, fetch=rollout_gates.fetch_alerts):
-    """Wait for the gates and a slot for ``node``, then take it. Returns ``{acquired, action, slot,
+    """Wait for the gates and a slot for ``node``, then take it. Returns ``{acquired, decision, slot,
     index, lease, waited, polls, budget, gates, notes, msg}``; raises Stop (new starts must stop:
     a failure of this run, RBAC, a window that does not open in time) or returns ``acquired`` false
     at the deadline, with the reason that held it last."""
@@ -196,7 +196,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
         gate = gates(windows, prometheus, wall(), wall() + (deadline - clock()), fetch)
         if gate["stop"]:
             raise Stop("%s not started: %s" % (node, gate["msg"]))
-        result = {"acquired": False, "action": "wait", "slot": None, "index": None, "lease": None, "waited": waited,
+        result = {"acquired": False, "decision": "wait", "slot": None, "index": None, "lease": None, "waited": waited,
                   "polls": polls, "budget": None, "gates": gate, "notes": notes, "msg": gate["msg"]}
         try:
             if gate["open"]:
@@ -211,7 +211,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
                     if note not in notes:
                         notes.append(note)
                 decision = rollout_lease.acquire_decision(view, node, holder, max_parallel)
-                result.update(budget=_budget_summary(view), msg=decision["msg"], action=decision["action"])
+                result.update(budget=_budget_summary(view), msg=decision["msg"], decision=decision["action"])
                 if decision["action"] != "wait":
                     if check_mode:
                         return dict(result, acquired=True, index=decision["index"],
@@ -223,11 +223,11 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
                         if rival is None:
                             return dict(result, acquired=True, index=decision["index"],
                                         slot=got["metadata"]["name"], lease=got, waited=round(clock() - start, 3))
-                        result.update(msg=rival, action="wait")
+                        result.update(msg=rival, decision="wait")
                     elif why == "conflict" and clock() < deadline:
                         continue   # another runner wrote first: read again at once
                     else:
-                        result.update(msg=why, action="wait")
+                        result.update(msg=why, decision="wait")
         except K8sError as exc:
             stop = _refusal(exc, api.namespace)
             if stop is not None:
@@ -238,7 +238,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
         if remaining <= 0:
             last["msg"] = "no slot for %s within %s s (%d polls): %s" % (node, timeout, polls, last["msg"])
             return last
-        sleep(min(max(float(poll), 0.05), remaining) * (1.0 if last["action"] == "wait" else random.uniform(0.5, 1.5)))
+        sleep(min(max(float(poll), 0.05), remaining) * (1.0 if last["decision"] == "wait" else random.uniform(0.5, 1.5)))
 
 
 def _budget_summary(view):

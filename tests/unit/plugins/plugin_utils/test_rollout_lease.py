@@ -236,7 +236,7 @@ def acquire(api, node, holder="kubegpu.fleet/me/1-1", run="me/1-1", clock=None, 
 def test_acquire_takes_the_lowest_slot_and_reads_again_after_a_lost_race():
     api = FakeApi([gpu_node("n%d" % i) for i in range(4)])
     first = acquire(api, "n0")
-    assert first["acquired"] and first["slot"] == "kubegpu-rollout-slot-0" and first["action"] == "create"
+    assert first["acquired"] and first["slot"] == "kubegpu-rollout-slot-0" and first["decision"] == "create"
     # another runner creates slot 1 between our read and our write: our create gets 409, we read again
     real_create = api.create
 
@@ -268,7 +268,7 @@ def test_a_dead_runners_lease_is_taken_over_once_expired_by_this_runners_own_clo
     api._stamp(lease(0, holder="kubegpu.fleet/dead/1-1", node="n0", renewed=NOW + 600, duration=60))
     clock = Clock()
     out = acquire(api, "n0", clock=clock, max_unavailable=1, timeout=300, poll=10)
-    assert out["acquired"] and out["action"] == "takeover" and 60 <= clock.t <= 70
+    assert out["acquired"] and out["decision"] == "takeover" and 60 <= clock.t <= 70
     assert api.store["kubegpu-rollout-slot-0"]["spec"]["leaseTransitions"] == 1
     assert any("clocks of" in n for n in out["notes"]) and any("unchanged for" in n for n in out["notes"])
 
@@ -293,7 +293,7 @@ def test_api_errors_rbac_stops_5xx_waits_and_a_write_of_unknown_outcome_is_recog
 
     api.create = applied_then_500
     out = acquire(api, "n1", holder="kubegpu.fleet/b/1-1", run="b/1-1")
-    assert out["acquired"] and out["action"] == "renew" and len(api.store) == 2
+    assert out["acquired"] and out["decision"] == "renew" and len(api.store) == 2
 
 
 def test_two_runners_that_took_the_same_node_at_once_do_not_both_keep_it():

@@ -1,0 +1,349 @@
+"""kubegpu.fleet.rollout_slot against the Kubernetes API double (real HTTP, real kubernetes client,
+the double's history as the record) and a real Prometheus server on loopback.
+
+* a run takes a slot, its renewer renews the Lease while the run lives and gives it back when the
+  ansible-playbook process is killed; a renewer killed with its job leaves a Lease that the next
+  runner takes over once it expired;
+* bad cluster state through the double's fault injection: RBAC refusals stop with the RBAC
+  needed and write nothing, 5xx answers are waited out, a conflict is read again, a malformed
+  Lease is never taken, a Lease renewed in the future (clock skew) is taken only after this
+  runner saw it unchanged for its duration;
+* the alert gate: a Prometheus rule that fires holds the start, its clearing releases it.
+
+Every wait is on an event (the double's history, the renewer's exit, Prometheus's API state);
+the deadlines are safety limits only.
+"""
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from apidouble_fixture import api_double_factory  # noqa: F401 pylint: disable=unused-import
+from test_api_double import node, play_env
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_gates, rollout_lease, rollout_slot
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
+
+POOL = "kubegpu-rollout"
+LEASES = "leases.coordination.k8s.io"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def fleet(count=4):
+    return [node("gpu-%d" % i) for i in range(count)]
+
+
+def slot_task(name, node_name, kubeconfig, **args):
+    args.update(name=node_name, kubeconfig=kubeconfig)
+    args.setdefault("poll", 0.2)
+    args.setdefault("timeout", 60)
+    return {"name": name, "kubegpu.fleet.rollout_slot": args, "register": name.replace(" ", "_"), "ignore_errors": True}
+
+
+def play(tasks):
+    return [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+
+
+def lease_writes(proc, since=0):
+    return [e for e in proc.client.history(since=since, resource=LEASES, nodes=False) if e["verb"] != "get"]
+
+
+def stored_leases(proc):
+    return dict((x["metadata"]["name"], x) for x in proc.client.state()["objects"].get(LEASES, []))
+
+
+def wait_until(what, predicate, timeout=120.0, interval=0.1):
+    """Poll a predicate on an event source (history, a process table); ``timeout`` is a safety limit."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("no %s within %s s" % (what, timeout))
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_playbook(ansible, tmp_path, plays):
+    path = os.path.join(str(tmp_path), "held.yml")
+    import yaml
+    with open(path, "w") as fh:
+        yaml.safe_dump(plays, fh, sort_keys=False)
+    cmd = [os.path.join(os.path.dirname(ansible.python), "ansible-playbook"), path, "-i", "localhost,", "-c", "local"]
+    return subprocess.Popen(cmd, cwd=ansible.workdir, env=ansible.env(play_env(tmp_path)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+# ------------------------------------------------------------------------- renewal, death
+
+def test_a_run_renews_its_slot_while_it_lives_and_gives_it_back_when_killed(ansible, tmp_path, api_double_factory):
+    proc = api_double_factory(seed=fleet())
+    gate = tmp_path / "go"
+    held = play([slot_task("take", "gpu-0", proc.kubeconfig, lease_duration=3, max_unavailable="2"),
+                 {"name": "hold", "ansible.builtin.wait_for": {"path": str(gate), "timeout": 300}}])
+    runner = start_playbook(ansible, tmp_path, held)
+    try:
+        created = wait_until("slot Lease", lambda: [e for e in lease_writes(proc) if e["verb"] == "create"])
+        assert created[0]["name"] == "kubegpu-rollout-slot-0" and created[0]["code"] == 201
+        # the renewer renews every lease_duration / 3 s: two renewals are the event to wait for
+        renewals = wait_until("two renewals", lambda: [e for e in lease_writes(proc) if e["verb"] == "update"
+                                                       and e["changed"]][1:])
+        assert renewals
+        lease = stored_leases(proc)["kubegpu-rollout-slot-0"]
+        holder = lease["spec"]["holderIdentity"]
+        assert holder.startswith("kubegpu.fleet/") and holder.endswith("/%d-%s" % (
+            runner.pid, rollout_slot.process_start(runner.pid)))
+        assert lease["metadata"]["annotations"][rollout_lease.NODE_ANNOTATION] == "gpu-0"
+        os.killpg(runner.pid, signal.SIGKILL)   # AWX cancels the job: the playbook and its workers die
+        runner.wait()
+        deleted = wait_until("the slot given back", lambda: [e for e in lease_writes(proc) if e["verb"] == "delete"])
+        assert deleted[0]["code"] == 200 and stored_leases(proc) == {}
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait()
+
+
+def test_a_lease_left_by_a_job_killed_with_its_renewer_expires_and_is_taken_over(ansible, tmp_path,
+                                                                                  api_double_factory):
+    proc = api_double_factory(seed=fleet())
+    # the dead job's Lease (its renewer died with it): last renewed just now, 2 s valid
+    dead = rollout_lease.lease_body(POOL, 0, "kube-system", "kubegpu.fleet/gone/1-1", "gpu-1", 2, time.time())
+    proc.client.load([dead])
+    res = ansible.playbook(play([slot_task("take", "gpu-2", proc.kubeconfig, max_unavailable="1", clock_skew=0,
+                                           lease_duration=30, renew=False)]), env=play_env(tmp_path))
+    take = res.task("take")
+    assert take["acquired"] and take["decision"] == "takeover" and take["slot"] == "kubegpu-rollout-slot-0", take
+    assert any("expired" in n for n in take["notes"]) and take["polls"] >= 2
+    lease = stored_leases(proc)["kubegpu-rollout-slot-0"]
+    assert lease["spec"]["leaseTransitions"] == 1 and lease["spec"]["holderIdentity"] == take["holder"]
+    updates = [e for e in lease_writes(proc) if e["verb"] == "update"]
+    assert len(updates) == 1 and json.loads(updates[0]["body"])["metadata"]["resourceVersion"]
+
+
+# ---------------------------------------------------------------------- bad cluster state
+
+def test_refusals_conflicts_and_5xx(ansible, tmp_path, api_double_factory):
+    proc = api_double_factory(seed=fleet())
+    proc.client.add_fault({"resource": "leases", "verbs": ["create"], "code": 403,
+                           "message": 'leases.coordination.k8s.io is forbidden: User "ci" cannot create resource'})
+    res = ansible.playbook(play([slot_task("take", "gpu-0", proc.kubeconfig, renew=False)]), env=play_env(tmp_path))
+    take = res.task("take")
+    assert take["failed"] and take["stopped"] and not take["acquired"]
+    assert "HTTP 403" in take["msg"] and "needs get, list, create, update and delete on coordination.k8s.io " \
+        "leases in the namespace kube-system" in take["msg"]
+    assert stored_leases(proc) == {} and not [e for e in proc.client.history(resource="nodes") if e["verb"] == "patch"]
+    proc.client.clear_faults()
+
+    # two 503s on the list, then a conflict on the create (another runner was first): waited out, read again
+    proc.client.add_fault({"resource": "leases", "verbs": ["list"], "code": 503, "count": 2})
+    proc.client.add_fault({"resource": "leases", "verbs": ["create"], "code": 409, "reason": "AlreadyExists",
+                           "count": 1})
+    since = max([e["seq"] for e in proc.client.history(nodes=False)] or [0])
+    res = ansible.playbook(play([slot_task("take", "gpu-0", proc.kubeconfig, renew=False)]), env=play_env(tmp_path))
+    take = res.task("take")
+    assert take["acquired"] and take["slot"] == "kubegpu-rollout-slot-0" and take["polls"] >= 3, take
+    creates = [e for e in lease_writes(proc, since) if e["verb"] == "create"]
+    assert [e["code"] for e in creates] == [409, 201]
+
+    # the delete of the release fails once with a 500: the release fails and the Lease stays for
+    # the next try (a slot is never half given back); the next release gives it back
+    proc.client.add_fault({"resource": "leases", "verbs": ["delete"], "code": 500, "count": 1})
+    client = k8s_client.connect({"kubeconfig": proc.kubeconfig})
+    try:
+        api = rollout_slot.SlotApi(client, "kube-system")
+        with pytest.raises(k8s_client.K8sError) as err:
+            rollout_slot.release(api, pool=POOL, node="gpu-0", holder=take["holder"])
+        assert "HTTP 500" in str(err.value) and "kubegpu-rollout-slot-0" in stored_leases(proc)
+        out = rollout_slot.release(api, pool=POOL, node="gpu-0", holder=take["holder"])
+    finally:
+        client.close()
+    assert out["released"] and stored_leases(proc) == {}
+
+
+def test_malformed_and_foreign_leases_are_never_taken(ansible, tmp_path, api_double_factory):
+    proc = api_double_factory(seed=fleet())
+    bad = rollout_lease.lease_body(POOL, 0, "kube-system", "someone", "gpu-3", 1, time.time() - 3600)
+    foreign = rollout_lease.lease_body(POOL, 1, "kube-system", "kubegpu.fleet/x/1-1", "gpu-3", 1, time.time() - 3600)
+    foreign["metadata"]["labels"] = {"app": "other-tool"}
+    proc.client.load([bad, foreign])
+    res = ansible.playbook(play([slot_task("limit two", "gpu-0", proc.kubeconfig, max_unavailable="2", timeout=1,
+                                           renew=False),
+                                 slot_task("limit three", "gpu-0", proc.kubeconfig, max_unavailable="3", renew=False)]),
+                           env=play_env(tmp_path))
+    two = res.task("limit two")
+    assert two["failed"] and not two["acquired"] and "no free slot for gpu-0" in two["msg"]
+    assert any("kubegpu-rollout-slot-0 is malformed" in n for n in two["notes"])
+    assert any("kubegpu-rollout-slot-1 was not written by kubegpu.fleet" in n for n in two["notes"])
+    three = res.task("limit three")
+    assert three["acquired"] and three["slot"] == "kubegpu-rollout-slot-2"
+    leases = stored_leases(proc)
+    assert leases["kubegpu-rollout-slot-0"]["spec"]["holderIdentity"] == "someone"
+    assert leases["kubegpu-rollout-slot-1"]["metadata"]["labels"] == {"app": "other-tool"}
+
+
+def test_a_lease_renewed_in_the_future_is_held_until_seen_unchanged(tmp_path, api_double_factory):
+    proc = api_double_factory(seed=fleet())
+    ahead = rollout_lease.lease_body(POOL, 0, "kube-system", "kubegpu.fleet/fast/1-1", "gpu-1", 2, time.time() + 600)
+    proc.client.load([ahead])
+    client = k8s_client.connect({"kubeconfig": proc.kubeconfig})
+    try:
+        api = rollout_slot.SlotApi(client, "kube-system")
+        polls = []
+
+        def sleep(seconds):
+            polls.append(seconds)
+            time.sleep(seconds)
+
+        out = rollout_slot.acquire(api, pool=POOL, node="gpu-2", holder="kubegpu.fleet/me/1-1", run="me/1-1",
+                                   max_unavailable="1", duration=30, skew=30, timeout=120, poll=0.5, sleep=sleep)
+    finally:
+        client.close()
+    assert out["acquired"] and out["decision"] == "takeover", out
+    assert any("clocks of kubegpu.fleet/fast/1-1 and this runner differ" in n for n in out["notes"])
+    assert any("unchanged for" in n for n in out["notes"])
+    assert len(polls) >= 4   # held while seen unchanged for less than its 2 s duration
+
+
+# -------------------------------------------------------------------------------- alerts
+
+class Exporter(object):
+    """A metrics endpoint Prometheus scrapes: one gauge the test sets."""
+
+    def __init__(self):
+        self.value = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):   # noqa: N802
+                body = ("# TYPE kubegpu_test_alarm gauge\nkubegpu_test_alarm %d\n" % outer.value).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self):
+        return self.server.server_address[1]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    if not os.path.exists(PROMETHEUS):
+        pytest.skip("Debian's prometheus package is not installed (make deps)")
+    exporter = Exporter()
+    rules = tmp_path / "rules.yml"
+    rules.write_text("groups:\n- name: fleet\n  interval: 1s\n  rules:\n"
+                     "  - alert: GPUFleetOnFire\n    expr: kubegpu_test_alarm > 0\n"
+                     "  - alert: Watchdog\n    expr: vector(1)\n")
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n- %s\n"
+                      "scrape_configs:\n- job_name: fleet\n  static_configs:\n  - targets: ['127.0.0.1:%d']\n"
+                      % (rules, exporter.port))
+    port = free_port()
+    log = open(str(tmp_path / "prometheus.log"), "wb")
+    server = subprocess.Popen([PROMETHEUS, "--config.file=%s" % config, "--storage.tsdb.path=%s" % (tmp_path / "tsdb"),
+                               "--web.listen-address=127.0.0.1:%d" % port], stdout=log, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    url = "http://127.0.0.1:%d" % port
+
+    def firing():
+        try:
+            doc = rollout_gates.fetch_alerts(url, timeout=2)
+        except rollout_gates.GateError:
+            return None
+        return sorted(a["labels"]["alertname"] for a in doc["data"]["alerts"] if a.get("state") == "firing")
+
+    try:
+        yield {"url": url, "exporter": exporter, "firing": firing}
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        exporter.close()
+
+
+def test_a_firing_alert_holds_the_start_and_its_clearing_releases_it(tmp_path, api_double_factory, prometheus):
+    proc = api_double_factory(seed=fleet())
+    exporter, firing = prometheus["exporter"], prometheus["firing"]
+    exporter.value = 1
+    wait_until("GPUFleetOnFire firing", lambda: firing() == ["GPUFleetOnFire", "Watchdog"], timeout=120, interval=0.5)
+    held = threading.Event()
+    seen = []
+
+    def sleep(seconds):
+        seen.append(seconds)
+        held.set()
+        time.sleep(seconds)
+
+    result = {}
+    client = k8s_client.connect({"kubeconfig": proc.kubeconfig})
+
+    def run():
+        result["out"] = rollout_slot.acquire(
+            rollout_slot.SlotApi(client, "kube-system"), pool=POOL, node="gpu-0", holder="kubegpu.fleet/me/1-1",
+            run="me/1-1", max_unavailable="1", duration=30, timeout=300, poll=0.5, sleep=sleep,
+            prometheus={"url": prometheus["url"], "filter": "^Watchdog$", "timeout": 5})
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    try:
+        assert held.wait(120), "the slot wait never polled"
+        # while the alert fires nothing is written and the Nodes are not even read
+        assert stored_leases(proc) == {}
+        assert not [e for e in proc.client.reads(resource="nodes")]
+        cleared_at = max([e["seq"] for e in proc.client.history(nodes=False)] or [0])
+        exporter.value = 0
+        worker.join(300)
+    finally:
+        exporter.value = 0
+        worker.join(300)
+        client.close()
+    out = result["out"]
+    assert out["acquired"] and out["gates"]["alerts"]["ok"], out
+    assert out["gates"]["alerts"]["ignored"] == [{"alertname": "Watchdog", "state": "firing"}]
+    assert len(seen) >= 1 and out["polls"] >= 2
+    created = [e for e in lease_writes(proc) if e["verb"] == "create"]
+    assert len(created) == 1 and created[0]["seq"] > cleared_at
+    assert firing() == ["Watchdog"]
