@@ -123,9 +123,21 @@ def _owner_mode_problem(st, what, sticky_ok=False):
     """Why ``st`` (a directory or file, called ``what``) is not trusted; None when it is."""
     if st.st_uid not in _trusted():
         return "%s is owned by uid %d, not %s" % (what, st.st_uid, _trusted_words())
-    if st.st_mode & 0o022 and not (sticky_ok and st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
+    if st.st_mode & 0o022 and not (sticky_ok and st.st_uid == 0 and st.st_mode & stat.S_ISVTX) \
+            and not _own_group_only(st):
         return "%s is writable by %s (mode %04o)" % (what, _who_writes(st.st_mode), stat.S_IMODE(st.st_mode))
     return None
+
+
+def _own_group_only(st):
+    """A controller user (never root) may write where only a group it belongs to can write too:
+    umask 002 checkouts, and execution-environment pods (OpenShift runs them with an arbitrary uid
+    in group 0 and group-writable directories). Nobody outside the user's own groups can swap
+    what it writes. Root on a node never relaxes: a group-writable directory there lets another
+    account choose what root writes."""
+    if os.geteuid() == 0 or st.st_mode & 0o002:
+        return False
+    return st.st_gid == os.getegid() or st.st_gid in os.getgroups()
 
 
 def _components(text):

@@ -371,3 +371,63 @@ def test_a_file_is_not_removed_through_its_symlink(tmp_path, etc):
             "the file was left in place")
     assert link.is_symlink() and real.read_bytes() == b"{}"
     assert sorted(os.listdir(str(etc))) == ["config.toml", "link"] and os.listdir(str(tmp_path / "etc")) != []
+
+
+def _write_as_nobody(directory, groups):
+    """Fork, become uid/gid 65534 with supplementary ``groups``, write ``directory``/report.json
+    through the primitive; ``None`` when written, else the refusal's text."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(rfd)
+            os.setgroups(groups)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                fileutil.write_file(os.path.join(directory, "report.json"), b"{}\n", mode=0o644, backup=False)
+                answer = b"written"
+            except fileutil.FileOpError as e:
+                answer = str(e).encode("utf-8", "replace")
+            os.write(wfd, answer)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as r:
+        answer = r.read().decode("utf-8")
+    os.waitpid(pid, 0)
+    return None if answer == "written" else answer
+
+
+@pytest.mark.parametrize("mode, group, groups, refusal", [
+    (0o775, NOBODY, [NOBODY], None),             # umask 002: only the user's own group writes too
+    (0o775, 0, [NOBODY], "writable by group"),   # a group the user is not in
+    (0o775, 0, [0, NOBODY], None),               # an EE pod: arbitrary uid in group 0
+    (0o777, NOBODY, [NOBODY], "writable by group and others"),
+])
+def test_a_controller_user_writes_where_only_its_own_groups_can_write(mode, group, groups, refusal):
+    """The report writer runs as the controller's user; group-writable directories of a group
+    it belongs to are its own (root on a node never relaxes: see the directory tests above)."""
+    import tempfile
+    directory = tempfile.mkdtemp(prefix="kubegpu-ctl-", dir="/tmp")
+    try:
+        os.chown(directory, NOBODY, group)
+        os.chmod(directory, mode)
+        answer = _write_as_nobody(directory, groups)
+        if refusal is None:
+            assert answer is None, answer
+            st = os.stat(os.path.join(directory, "report.json"))
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (NOBODY, 0o644)
+        else:
+            assert answer is not None and refusal in answer, answer
+            assert os.listdir(directory) == []
+    finally:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+
+
+def test_root_never_writes_into_a_group_writable_directory_of_its_own_group(etc):
+    os.chmod(str(etc), 0o775)
+    refused(lambda: fileutil.write_file(str(etc / "config.toml"), b"new = 2\n"), "writable by group")
+    assert (etc / "config.toml").read_bytes() == b"old = 1\n"
