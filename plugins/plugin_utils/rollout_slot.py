@@ -320,9 +320,10 @@ def release(api, *, pool, node, holder, check_mode=False, retries=5):
 
 # ------------------------------------------------------------------------------- renewer
 
-def lock_path(holder, namespace, name):
+def lock_path(holder, namespace, name, tmpdir=None):
+    """The renewer's lock file of one Lease (in a 0700 directory of this user under ``tmpdir``)."""
     digest = hashlib.sha256(("%s\0%s\0%s" % (holder, namespace, name)).encode("utf-8")).hexdigest()[:32]
-    return os.path.join(tempfile.gettempdir(), "kubegpu-lease-%d" % os.getuid(), digest + ".lock")
+    return os.path.join(tmpdir or tempfile.gettempdir(), "kubegpu-lease-%d" % os.getuid(), digest + ".lock")
 
 
 def renew_loop(api, *, pool, node, holder, name, interval, watch, max_hold, clock=time.monotonic, sleep=time.sleep,

@@ -83,6 +83,56 @@ def pid_alive(pid):
         return False
 
 
+def descendants(pid):
+    """Every process below ``pid`` (Ansible's workers run in sessions of their own: a signal to the
+    playbook's process group does not reach them)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def renewers(holder, tmpdir):
+    """Processes holding the renewer lock of ``holder``'s slot 0 (the lock file names no pid: /proc/*/fd does)."""
+    out = []
+    lock = rollout_slot.lock_path(holder, "kube-system", "kubegpu-rollout-slot-0", str(tmpdir))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % entry)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (entry, fd))
+            except OSError:
+                continue
+            if target == lock:
+                out.append(int(entry))
+    return out
+
+
 def start_playbook(ansible, tmp_path, plays):
     path = os.path.join(str(tmp_path), "held.yml")
     import yaml
@@ -113,14 +163,19 @@ def test_a_run_renews_its_slot_while_it_lives_and_gives_it_back_when_killed(ansi
         assert holder.startswith("kubegpu.fleet/") and holder.endswith("/%d-%s" % (
             runner.pid, rollout_slot.process_start(runner.pid)))
         assert lease["metadata"]["annotations"][rollout_lease.NODE_ANNOTATION] == "gpu-0"
-        os.killpg(runner.pid, signal.SIGKILL)   # AWX cancels the job: the playbook and its workers die
+        renewer = wait_until("the renewer", lambda: renewers(holder, tmp_path))
+        assert len(renewer) == 1 and renewer[0] not in descendants(runner.pid)   # a session of its own
+        tree = descendants(runner.pid)
+        kill_tree([runner.pid] + tree)          # the job is killed: the playbook and its workers
         runner.wait()
         deleted = wait_until("the slot given back", lambda: [e for e in lease_writes(proc) if e["verb"] == "delete"])
         assert deleted[0]["code"] == 200 and stored_leases(proc) == {}
+        wait_until("the renewer to end", lambda: not pid_alive(renewer[0]))
     finally:
         if runner.poll() is None:
-            os.killpg(runner.pid, signal.SIGKILL)
+            kill_tree([runner.pid] + descendants(runner.pid))
             runner.wait()
+        kill_tree(descendants(runner.pid))
 
 
 def test_a_lease_left_by_a_job_killed_with_its_renewer_expires_and_is_taken_over(ansible, tmp_path,
