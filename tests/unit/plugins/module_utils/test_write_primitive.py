@@ -214,9 +214,9 @@ def test_target_owned_or_writable_by_others_is_refused(etc):
 def test_fifo_directory_and_loop_are_refused_without_blocking(etc):
     fifo = etc / "fifo"
     os.mkfifo(str(fifo))
-    refused(lambda: fileutil.write_file(str(fifo), b"x"), "%s is not a regular file" % fifo)
-    refused(lambda: fileutil.backup_file(str(fifo)), "cannot read %s to back it up: not a regular file" % fifo)
-    refused(lambda: fileutil.write_file(str(etc), b"x"), "%s is not a regular file" % etc)
+    refused(lambda: fileutil.write_file(str(fifo), b"x"), "%s is a FIFO, not a regular file" % fifo)
+    refused(lambda: fileutil.backup_file(str(fifo)), "cannot read %s to back it up: a FIFO, not a regular file" % fifo)
+    refused(lambda: fileutil.write_file(str(etc), b"x"), "%s is a directory, not a regular file" % etc)
     refused(lambda: fileutil.write_file(str(etc) + "/", b"x"), "names a directory, not a file")
     a, b = etc / "a", etc / "b"
     os.symlink("b", str(a))
