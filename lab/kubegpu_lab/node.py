@@ -118,7 +118,7 @@ class Node(object):
             "lab": self.lab.name, "node": name, "index": spec["index"],
             "gpus": gpu_specs(spec), "mig_apply": spec["mig_apply"],
             "memory_bytes": spec["memory_bytes"], "cpus": spec["cpus"], "uvm": spec["uvm"],
-            "faults": spec["faults"], "runtime": spec["runtime"],
+            "faults": spec["faults"], "runtime": spec["runtime"], "post_seconds": spec.get("post_seconds", 0),
             "kubelet_version": spec["kubelet"]["version"], "labels": node_labels(spec),
             "xid": spec.get("xid_events", []),
             "nvswitches": spec.get("nvswitch", {}).get("count", 0),
@@ -255,10 +255,16 @@ class Node(object):
     def start(self):
         if self.running():
             return False
+        try:
+            with open(os.path.join(self.rootfs, "etc/kubegpu-lab/node.json")) as fh:
+                post = float(json.load(fh).get("post_seconds") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            post = 0.0
         write_json(os.path.join(self.dir, "node.json"), {
             "lab": self.lab.name, "node": self.name, "machine": self.machine, "hostname": self.name,
             "rootfs": self.rootfs, "bind_ro": [[self.lab.state["repo"], REPO_MOUNT]],
-            "bind": [["/dev/fuse", "/dev/fuse"]] if os.path.exists("/dev/fuse") else []})
+            "bind": [["/dev/fuse", "/dev/fuse"]] if os.path.exists("/dev/fuse") else [],
+            "post_seconds": min(max(post, 0.0), 900.0)})
         env = dict(os.environ)
         env["PYTHONPATH"] = paths.IMPORT_ROOT
         for name in ("supervisor.json",):

@@ -39,6 +39,9 @@ BUILTIN_DEFAULTS = {
     "pods": [],
     "late_pods": [],
     "boot": {"layout": "debian", "pending_kernel": False},
+    # seconds of firmware POST before each boot after a reboot (real GPU servers take minutes,
+    # and differently per model: the rollout bench gives its nodes different ones)
+    "post_seconds": 0,
 }
 
 KUBELET_BASE_CONFIG = {
@@ -259,6 +262,9 @@ def validate_node(node, where):
     for key in ("pods", "late_pods"):
         if not isinstance(node.get(key), list):
             raise LabError("%s: node %s: %s must be a list" % (where, name, key))
+    post = node.get("post_seconds")
+    if isinstance(post, bool) or not isinstance(post, (int, float)) or not 0 <= post <= 900:
+        raise LabError("%s: node %s: post_seconds must be 0..900 seconds, not %r" % (where, name, post))
     problem = bootfs.validate(node.get("boot"), where, name)
     if problem:
         raise LabError(problem)

@@ -94,6 +94,12 @@ class Supervisor(object):
             if boots > 1000:
                 self.log("too many reboots, giving up")
                 break
+            post = float(self.cfg.get("post_seconds") or 0)
+            if post > 0:   # the firmware's POST before the next boot (interrupted by SIGTERM)
+                self.log("POST: %.1f s before boot %d", post, boots + 1)
+                until = time.monotonic() + post
+                while not self.stopping and time.monotonic() < until:
+                    time.sleep(min(0.2, max(until - time.monotonic(), 0.01)))
         write_json(status_path, {"pid": os.getpid(), "nspawn_pid": None, "boots": boots,
                                  "state": "stopped", "last_exit": rc, "stopped_at": time.time()})
         self.log("node stopped")

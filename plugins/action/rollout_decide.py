@@ -44,6 +44,7 @@ class ActionModule(ActionBase):
         "task": {"type": "str"},
         "cordon": {"type": "dict", "default": {}},
         "uncordon_failed": {"type": "bool", "default": False},
+        "run": {"type": "str"},
         "fail": {"type": "bool", "default": True},
         "close": {"type": "bool", "default": False},
     }
@@ -113,5 +114,5 @@ class ActionModule(ActionBase):
 
     def _failure(self, args, now):
         out = rollout.failure_record(args["name"], args["maintenance"], args["reason"], args["task"], now,
-                                     args["cordon"], args["uncordon_failed"])
+                                     args["cordon"], args["uncordon_failed"], args["run"])
         return out, {"kubegpu_maintenance": out["record"], "kubegpu_rolling_reboot_failure": out["failure"]}, True

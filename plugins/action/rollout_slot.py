@@ -43,7 +43,7 @@ class ActionModule(ActionBase):
 
     ARGSPEC = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "default": "acquire", "choices": ["acquire", "release"]},
+        "state": {"type": "str", "default": "acquire", "choices": ["acquire", "hold", "release"]},
         "pool": {"type": "str", "default": rollout_lease.DEFAULT_POOL},
         "namespace": {"type": "str", "default": "kube-system"},
         "max_unavailable": {"type": "str", "default": "25%"},
@@ -129,8 +129,10 @@ class ActionModule(ActionBase):
             api, pool=args["pool"], node=args["name"], holder=holder, run=run, max_unavailable=args["max_unavailable"],
             duration=args["lease_duration"], max_parallel=args["max_parallel"], skew=args["clock_skew"], timeout=args["timeout"], poll=args["poll"],
             windows=args["windows"], prometheus=prometheus, stop_hosts=stopped_hosts(task_vars),
-            failed_annotation=args["failed_annotation"], check_mode=bool(self._task.check_mode))
+            failed_annotation=args["failed_annotation"], check_mode=bool(self._task.check_mode),
+            started=args["state"] == "hold")
         out.pop("lease", None)
+        out.pop("own", None)
         result.update(out)
         if not out["acquired"]:
             result["failed"] = True

@@ -25,9 +25,21 @@ def _wrap(func):
     return run
 
 
-def rollout_plan(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=1, skip_label=rollout.DEFAULT_SKIP_LABEL):
-    """The rollout plan of inventory ``hosts`` (their kubegpu_node_name and need record from ``hostvars``)."""
-    return rollout.plan_from_hosts(nodes, hosts, hostvars, max_unavailable, max_parallel, skip_label)
+def _forks():
+    """``ansible-playbook -f`` (or ANSIBLE_FORKS / ansible.cfg), as the running CLI parsed it."""
+    try:
+        from ansible import context  # pylint: disable=import-outside-toplevel
+        return int(context.CLIARGS.get("forks") or 0) or None
+    except (ImportError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def rollout_plan(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=1, skip_label=rollout.DEFAULT_SKIP_LABEL,
+                 forks=None):
+    """The rollout plan of inventory ``hosts`` (their kubegpu_node_name and need record from ``hostvars``);
+    ``forks`` defaults to the running ansible-playbook's."""
+    return rollout.plan_from_hosts(nodes, hosts, hostvars, max_unavailable, max_parallel, skip_label,
+                                   forks if forks else _forks())
 
 
 def rollout_leftover(pods, accept_terminating=False):

@@ -123,6 +123,11 @@ options:
     description: The closing patch failed, so the node is still in maintenance (C(failure)).
     type: bool
     default: false
+  run:
+    description:
+      - With C(failure), the run id of the runner (M(kubegpu.fleet.rollout_slot)'s C(run)); the failure
+        record on the Node names it, so the runner's other nodes start no more.
+    type: str
   close:
     description:
       - With C(validation), when the node validated (or validation is off or in check mode), also

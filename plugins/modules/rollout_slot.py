@@ -26,8 +26,11 @@ description:
     when that process is gone, stops when the Lease is no longer this run's, and stops after
     O(max_hold) seconds in any case. A run killed together with its renewer leaves a Lease that
     expires after O(lease_duration) plus O(clock_skew).
-  - Called again for a node it holds, C(state=acquire) renews the Lease (or takes a slot again
-    when it was lost); the role does so before each reboot.
+  - The O(timeout) bounds the wait for others only; while a slot this run holds for another
+    node keeps the node waiting (the run's own queue), the time does not count.
+  - C(state=hold) is for a node in maintenance already (the role calls it before each reboot) -
+    it renews the run's Lease for the node, or takes a slot anew when it was lost (no gates, no
+    stop, no O(max_parallel)).
   - C(state=release) deletes this run's Lease for the node, guarded by its resourceVersion.
   - A Lease of the pool that is malformed or was not written by this collection counts as a held
     slot and is never changed; an expired one is taken over; a renewTime ahead of this
@@ -46,10 +49,10 @@ options:
     type: str
     required: true
   state:
-    description: C(acquire) takes (or renews) a slot, C(release) gives it back.
+    description: C(acquire) takes (or renews) a slot before a node starts, C(hold) keeps it for a started node, C(release) gives it back.
     type: str
     default: acquire
-    choices: [acquire, release]
+    choices: [acquire, hold, release]
   pool:
     description:
       - Name of the budget (a lowercase DNS label of at most 40 characters). Runners that share a
@@ -210,6 +213,10 @@ holder:
   type: str
 waited:
   description: Seconds the node waited.
+  returned: when state is acquire
+  type: float
+queued:
+  description: Seconds of the wait spent behind this run's own slots (not counted against O(timeout)).
   returned: when state is acquire
   type: float
 polls:

@@ -191,7 +191,19 @@ def nothing_to_do(need):
     return "nothing to do: no reboot pending, no maintenance left open"
 
 
-def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL, needs=None):
+def sliding_batches(count, forks):
+    """Play batches for the sliding window (``strategy: free``): every node of a batch gets its slot
+    as soon as one frees, so only a batch boundary waits for the slowest node. A batch never has
+    more hosts than Ansible has forks: a host waiting for its slot holds a worker, and the hosts
+    holding slots must always find one free for their next task."""
+    if not count:
+        return [1]
+    size = count if not forks or int(forks) <= 0 else min(count, int(forks))
+    return [size] * int(math.ceil(count / float(size)))
+
+
+def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL, needs=None,
+                 forks=None):
     """Order the targets and size the batches.
 
     ``targets``: list of ``{"host": inventory name, "node": Kubernetes node name}``, of
@@ -273,16 +285,21 @@ def plan_rollout(nodes, targets, max_unavailable="25%", max_parallel=1, skip_lab
         "budget": budget,
         "batch_size": batch_size,
         "serial": serial or [1],
+        "window": sliding_batches(len(ordered), forks),
+        "forks": forks,
         "targets": ordered,
         "hosts": [t["host"] for t in ordered],
         "skipped": skipped,
-        "msg": ("%d target(s) in %d batch(es) %s; %d skipped; %d of %d GPU nodes already unavailable (%s), "
+        "msg": ("%d target(s) in %d budgeted batch(es) %s; %d skipped; %d of %d GPU nodes already unavailable (%s), "
                 "limit %d" % (len(ordered), len(serial), serial, len(skipped), len(unavailable), gpu_total,
                               names, limit)),
         "report": [
             None,
             "order: %s" % (", ".join(t["node"] for t in ordered) or "none"),
+
             "skipped: %s" % ("; ".join("%s: %s" % (t["node"], t["reason"]) for t in skipped) or "none"),
+            "sliding window: play batches %s (each node starts when a slot of the budget frees; a batch holds "
+            "at most forks=%s hosts)" % (sliding_batches(len(ordered), forks), forks if forks else "unknown"),
         ],
     }
     out["report"][0] = out["msg"]
@@ -497,6 +514,17 @@ def parse_maintenance_annotation(text):
     return data
 
 
+def parse_failure_annotation(text):
+    """The failure record (``kubegpu.io/maintenance-failed``) on a Node, or None when absent or unreadable."""
+    if not text:
+        return None
+    try:  # node-writable, as the maintenance annotation
+        data = parse_bound.load_json(text, "the maintenance-failed annotation")
+    except parse_bound.ParseError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 # ----------------------------------------------------------------- the role's decisions
 # Each function below is one step of kubegpu.fleet.rolling_reboot, called through the
 # kubegpu.fleet.rollout_decide action: the role's tasks only wire inputs and outputs.
@@ -649,7 +677,8 @@ def uncordon_decision(name, maintenance=None, node=None, annotation="kubegpu.io/
             "msg": msg}
 
 
-def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon=None, uncordon_failed=False):
+def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon=None, uncordon_failed=False,
+                   run=None):
     """Why the maintenance failed and whether the role had started one on the Node (then the
     failure is written there and the node stays cordoned).
 
@@ -662,6 +691,8 @@ def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon
     reason = str(reason or "").strip() or "maintenance failed"
     failure = {"reason": reason, "task": str(task or ""),
                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "by": ROLE}
+    if run:   # the runner (kubegpu.fleet.rollout_slot's run id): its other nodes start no more
+        failure["run"] = str(run)
     cordoned = bool(cordon) and not cordon.get("failed") and not cordon.get("skipped")
     active = bool(maintenance.get("active")) and (
         bool(maintenance.get("resumed")) or bool(maintenance.get("drained")) or cordoned)
@@ -676,7 +707,8 @@ def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon
     return {"failure": failure, "active": active, "record": record, "msg": msg}
 
 
-def plan_from_hosts(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL):
+def plan_from_hosts(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=1, skip_label=DEFAULT_SKIP_LABEL,
+                    forks=None):
     """:func:`plan_rollout` for inventory hosts: each host's ``kubegpu_node_name`` and its need
     record (``kubegpu_rolling_reboot_need``, when the ``need`` entry point ran for this plan) are
     read from ``hostvars``."""
@@ -696,4 +728,4 @@ def plan_from_hosts(nodes, hosts, hostvars, max_unavailable="25%", max_parallel=
         targets.append({"host": host, "node": str(name)})
         if isinstance(need, dict):
             needs[host] = dict(need)
-    return plan_rollout(nodes, targets, max_unavailable, max_parallel, skip_label, needs)
+    return plan_rollout(nodes, targets, max_unavailable, max_parallel, skip_label, needs, forks)

@@ -179,15 +179,24 @@ def gates(windows=None, prometheus=None, now=None, deadline=None, fetch=rollout_
 def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_parallel=0, skew=30.0, timeout=600.0,
             poll=5.0,
             windows=None, prometheus=None, stop_hosts=None, failed_annotation="kubegpu.io/maintenance-failed",
-            check_mode=False, clock=time.monotonic, sleep=time.sleep, wall=time.time, fetch=rollout_gates.fetch_alerts):
+            check_mode=False, started=False, clock=time.monotonic, sleep=time.sleep, wall=time.time,
+            fetch=rollout_gates.fetch_alerts):
     """Wait for the gates and a slot for ``node``, then take it. Returns ``{acquired, decision, slot,
-    index, lease, waited, polls, budget, gates, notes, msg}``; raises Stop (new starts must stop:
-    a failure of this run, RBAC, a window that does not open in time) or returns ``acquired`` false
-    at the deadline, with the reason that held it last."""
+    index, lease, waited, queued, polls, budget, gates, notes, msg}``; raises Stop (new starts must
+    stop: a failure of this run, RBAC, a window that does not open in time) or returns ``acquired``
+    false at the deadline, with the reason that held it last.
+
+    The deadline bounds the wait for others only: while a slot this run holds for another node is
+    what keeps the node waiting (the run's own queue, which moves as its nodes finish, each under
+    its own timeouts), the time does not count (``queued``). ``started``: the node is in
+    maintenance already (the hold before its reboot): no gates, no stop, no max_parallel; renew its
+    slot, or take one anew if it was lost."""
+    if started:
+        windows, prometheus, stop_hosts, run, max_parallel = None, None, None, None, 0
     start = clock()
     deadline = start + max(float(timeout), 0.0)
     tracker = Tracker(clock)
-    polls, last, notes = 0, None, []
+    polls, last, notes, queued = 0, None, [], 0.0
     if stop_hosts:
         raise Stop("the rollout stopped after the failure of %s: %s not started" % (", ".join(sorted(stop_hosts)), node))
     while True:
@@ -197,13 +206,15 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
         if gate["stop"]:
             raise Stop("%s not started: %s" % (node, gate["msg"]))
         result = {"acquired": False, "decision": "wait", "slot": None, "index": None, "lease": None, "waited": waited,
-                  "polls": polls, "budget": None, "gates": gate, "notes": notes, "msg": gate["msg"]}
+                  "queued": round(queued, 3), "polls": polls, "budget": None, "gates": gate, "notes": notes,
+                  "msg": gate["msg"], "own": False}
         try:
+            # read every poll, gates open or not: a failure of this run stops a held node too
+            nodes = api.nodes()
+            failures = rollout_lease.run_failures(nodes, run, failed_annotation) if run else []
+            if failures:
+                raise Stop("the rollout stopped after the failure of %s: %s not started" % (", ".join(failures), node))
             if gate["open"]:
-                nodes = api.nodes()
-                failures = rollout_lease.run_failures(nodes, run, failed_annotation)
-                if failures:
-                    raise Stop("the rollout stopped after the failure of %s: %s not started" % (", ".join(failures), node))
                 leases = api.leases()
                 view = rollout_lease.budget_view(leases, nodes, pool, max_unavailable, wall(), skew,
                                                  tracker.update(leases))
@@ -211,7 +222,9 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
                     if note not in notes:
                         notes.append(note)
                 decision = rollout_lease.acquire_decision(view, node, holder, max_parallel)
-                result.update(budget=_budget_summary(view), msg=decision["msg"], decision=decision["action"])
+                result.update(budget=_budget_summary(view), msg=decision["msg"], decision=decision["action"],
+                              own=any(v["state"] == rollout_lease.HELD and v["holder"] == holder and v["node"] != node
+                                      for v in view["held"]))
                 if decision["action"] != "wait":
                     if check_mode:
                         return dict(result, acquired=True, index=decision["index"],
@@ -223,6 +236,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
                         if rival is None:
                             return dict(result, acquired=True, index=decision["index"],
                                         slot=got["metadata"]["name"], lease=got, waited=round(clock() - start, 3))
+                        # (a rival: waiting for it is a wait for others)
                         result.update(msg=rival, decision="wait")
                     elif why == "conflict" and clock() < deadline:
                         continue   # another runner wrote first: read again at once
@@ -238,7 +252,12 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
         if remaining <= 0:
             last["msg"] = "no slot for %s within %s s (%d polls): %s" % (node, timeout, polls, last["msg"])
             return last
+        before = clock()
         sleep(min(max(float(poll), 0.05), remaining) * (1.0 if last["decision"] == "wait" else random.uniform(0.5, 1.5)))
+        if last["own"] and last["decision"] == "wait":
+            slept = clock() - before
+            queued += slept
+            deadline += slept
 
 
 def _budget_summary(view):

@@ -385,9 +385,10 @@ def test_a_firing_alert_holds_the_start_and_its_clearing_releases_it(tmp_path, a
     worker.start()
     try:
         assert held.wait(120), "the slot wait never polled"
-        # while the alert fires nothing is written and the Nodes are not even read
+        # the wait goes on reading the Nodes (a failure of its run would stop it) and writes nothing
+        proc.client.wait_for_read(resource="nodes", verb="list", timeout=120)
         assert stored_leases(proc) == {}
-        assert not [e for e in proc.client.reads(resource="nodes")]
+        assert not [e for e in proc.client.reads(resource="leases")]
         cleared_at = max([e["seq"] for e in proc.client.history(nodes=False)] or [0])
         exporter.value = 0
         worker.join(300)

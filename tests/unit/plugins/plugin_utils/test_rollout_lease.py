@@ -368,3 +368,35 @@ def test_renew_loop_renews_and_stops_when_the_lease_is_gone_or_the_runner_ended(
                                   name="kubegpu-rollout-slot-0", interval=20, watch=(2 ** 22 + 7, None),
                                   max_hold=3600, clock=clock, sleep=clock.sleep, wall=lambda: NOW + clock.t)
     assert why == "parent" and api.store == {}
+
+
+def test_waiting_behind_the_runs_own_slots_does_not_count_against_the_timeout():
+    api = FakeApi([gpu_node("n%d" % i) for i in range(4)])
+    assert acquire(api, "n0", max_unavailable=1)["acquired"]
+    clock = Clock()
+    real_sleep = clock.sleep
+
+    def sleep(seconds):   # the run's own node finishes after 40 s of queueing (its Lease is 60 s)
+        real_sleep(seconds)
+        if clock.t >= 40 and "kubegpu-rollout-slot-0" in api.store:
+            rollout_slot.release(api, pool=POOL, node="n0", holder="kubegpu.fleet/me/1-1")
+
+    clock.sleep = sleep
+    out = acquire(api, "n1", clock=clock, max_unavailable=1, timeout=10)
+    assert out["acquired"] and out["decision"] == "create" and out["queued"] >= 40 and clock.t >= 40
+    # behind another runner's slot the timeout counts
+    clock = Clock()
+    out = acquire(api, "n2", holder="kubegpu.fleet/b/1-1", run="b/1-1", clock=clock, max_unavailable=1, timeout=10)
+    assert not out["acquired"] and out["queued"] == 0 and clock.t == 10
+
+
+def test_hold_renews_a_started_node_whatever_the_gates_and_failures_say():
+    record = '{"reason": "did not validate", "run": "me/1-1"}'
+    api = FakeApi([gpu_node("n0", unschedulable=True, failed=record), gpu_node("n1", unschedulable=True)])
+    api._stamp(lease(0, holder="kubegpu.fleet/me/1-1", node="n1", rv="1"))
+    out = acquire(api, "n1", started=True, stop_hosts=["other"],
+                  windows=[{"days": ["sun"], "start": "01:00", "end": "02:00"}])
+    assert out["acquired"] and out["decision"] == "renew"
+    del api.store["kubegpu-rollout-slot-0"]   # lost (taken over and released by another runner)
+    out = acquire(api, "n1", started=True, max_unavailable=2)
+    assert out["acquired"] and out["decision"] == "create"
