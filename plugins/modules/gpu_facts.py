@@ -310,19 +310,30 @@ ansible_facts:
               elements: dict
             health:
               description:
-                - Memory and NVLink health (nvml and nvidia_smi backends) - C(remapped_rows)
-                  (C(supported), C(correctable), C(uncorrectable), C(pending), C(failure)),
-                  C(retired_pages) (C(multiple_single_bit), C(double_bit), C(pending)), C(ecc)
-                  (C(volatile) and C(aggregate) counters), C(nvlink) (per-counter totals, NVML
-                  only) and C(errors) (query name to V(not supported) or the NVML error).
+                - Memory and NVLink health (nvml and nvidia_smi backends, the same shape) -
+                  C(remapped_rows) (C(supported), C(correctable), C(uncorrectable), C(pending),
+                  C(failure), C(histogram) of banks by spare rows left), C(retired_pages)
+                  (C(multiple_single_bit), C(double_bit), C(pending)), C(ecc) (C(volatile) and
+                  C(aggregate) counters), C(nvlink) (C(links), C(active), per-counter C(totals),
+                  C(by_link); C(nvidia-smi nvlink -s/-e) for the nvidia_smi backend), C(recovery)
+                  (the driver's verdict - C(action) from C(gpu_recovery_action) and the deprecated
+                  C(reset_required), C(drain_and_reset_recommended)), C(repair)
+                  (C(channel_repair_pending), C(tpc_repair_pending), C(unrepairable_memory)),
+                  C(pcie) (link gen and width, current and max, C(replay_counter),
+                  C(replay_rollover_counter)), C(clocks_event_reasons) (the active ones),
+                  C(fabric) (C(state), C(status)) and C(errors) (query name to V(not supported)
+                  or the NVML error).
                 - See docs/hardware-health.md in the collection.
               type: dict
               returned: when the driver answered
             health_verdict:
               description:
                 - C(reset_required), C(rma), C(ecc_uncorrectable) (C(volatile), C(aggregate),
-                  C(scope)), C(nvlink_errors), C(reasons) and the audit C(findings) this GPU
-                  raises.
+                  C(scope)), C(nvlink_errors), C(recovery) (the driver's verdict, its C(source)
+                  and the C(action) it means), C(pcie) (the link judged, with the replay rate
+                  and DCGM's threshold), C(reasons), the audit C(findings) this GPU raises and
+                  C(details) (the reasons per finding). Computed the same way for both backends,
+                  with the node's uptime and the GPU's MIG mode.
               type: dict
               returned: when the driver answered
         pci:
@@ -335,8 +346,13 @@ ansible_facts:
           description:
             - Xid events of this boot - C(source) (V(journal), V(kmsg), V(dmesg) or null when
               no kernel log could be read), C(attempts) (sources that failed, with the reason),
-              C(stats), C(gpus) (per bus id - C(counts), C(last) event, C(action)), C(action)
-              (the worst documented action) and C(events) (count). Null when O(xid=false).
+              C(stats), C(gpus) (per bus id - C(counts), C(last) event, C(action) from NVIDIA's
+              Xid catalog, C(classes), C(mig) (Xids the driver attributed to a MIG instance),
+              C(kernel_events) (the fallen-off-the-bus message without an Xid, read as Xid 79;
+              C(RmInitAdapter failed)), C(recovery_action) (the newest Xid 154's)), C(action)
+              (the worst documented action), C(nvswitches) (SXid records per NVSwitch, with
+              C(fatal) and C(non_fatal) SXids), C(sxid_action) and C(events) (count). Null when
+              O(xid=false).
             - How much was scanned - C(scanned) (false when no source could be read),
               C(truncated) (true when the oldest part of this boot's log was not scanned),
               C(dropped_bytes) (at least that many older bytes cut) and C(warning) (what was
@@ -358,6 +374,9 @@ ansible_facts:
                   with C(no kernel log could be read) (each source and why), and says that Xid
                   errors there cannot be ruled out. Null when the whole log was scanned.
               type: str
+        uptime_s:
+          description: Seconds since boot (C(<proc_path>/uptime)); the PCIe replay rate is judged over it.
+          type: float
         presence:
           description:
             - GPUs on the PCI bus vs GPUs the driver lists - C(ok), C(compared) (false when the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, listed_bus_ids, normalize_bus_id
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DevicePluginVersion
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
 
@@ -27,6 +27,8 @@ REF_CKPT = ["https://github.com/kubernetes/kubernetes/tree/master/pkg/kubelet/cm
 REF_XID = ["https://docs.nvidia.com/deploy/xid-errors/index.html"]
 REF_MEMERR = ["https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
               "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html"]
+REF_DCGM = [GH + "NVIDIA/DCGM/blob/72fa3fe/modules/health/DcgmHealthWatch.cpp"]
+REF_FM = ["https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"]
 REF_MEM = ["https://kubernetes.io/docs/tasks/administer-cluster/reserve-compute-resources/",
            "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes"]
 
@@ -55,13 +57,30 @@ FINDINGS = {
     "gpu.reset_required": ("critical", "GPU memory repair pending: a GPU reset or reboot is needed"),
     "gpu.rma": ("critical", "GPU hardware fault that needs a replacement (RMA candidate)"),
     "gpu.ecc_uncorrectable": ("info", "Uncorrectable GPU memory (ECC) errors"),
+    "gpu.recovery_action": ("warning", "The NVIDIA driver's recovery verdict for a GPU is not None"),
+    "gpu.row_remap_exhausting": ("warning", "GPU memory banks running out of spare rows (early RMA signal)"),
+    "gpu.pcie_degraded": ("warning", "GPU PCIe link degraded (trained below its maximum, or replaying)"),
+    "gpu.clocks_slowdown": ("warning", "GPU clocks held down by hardware protection (thermal, power brake)"),
+    "gpu.nvlink": ("warning", "NVLink errors or NVLinks down"),
+    "gpu.fabric": ("critical", "GPU not registered with the NVLink fabric"),
+    "nvswitch.sxid": ("info", "NVSwitch SXid errors in the kernel log since boot"),
 }
 # security.<component>, defect.<component>, fabricmanager.version_mismatch (catalog v2 rules).
 FINDINGS.update(findings_stack.STACK_FINDINGS)
 
 # gpu.xid severity from the action NVIDIA's catalog gives for the worst Xid on the node.
 XID_SEVERITY = {"reboot": "critical", "reset_gpu": "critical", "investigate": "warning",
-                "restart_app": "info", "ignore": "info", "none": "info"}
+                "unknown": "warning", "restart_app": "info", "ignore": "info", "none": "info"}
+# gpu.recovery_action severity from the driver's verdict (DCGM's health watch: GPU reset, node
+# reboot and drain-and-reset FAIL, drain P2P WARN).
+RECOVERY_SEVERITY = {"reset_gpu": "critical", "drain_and_reset": "critical", "reboot": "critical",
+                     "drain_p2p": "warning", "recover_imex": "warning", "unknown": "warning"}
+_ACTION_RANK = dict((a, i) for i, a in enumerate(
+    ("none", "ignore", "restart_app", "unknown", "investigate", "reset_gpu", "reboot")))
+
+
+def _worse(a, b):
+    return a if _ACTION_RANK.get(a, 3) >= _ACTION_RANK.get(b, 3) else b
 # Findings that take a person (hands-on work on the hardware): the node is cordoned with the
 # reason and left; remediation.py and the report read this.
 HANDS_ON = ("gpu.rma", "gpu.missing")
@@ -354,7 +373,7 @@ def rule_gpu_presence(ctx, expected_gpus=None):
         capacity = None
     mig = len([g for g in gpus if _g(g, "mig_mode", "current") == "enabled"])
     cmp = compare_gpus(_l(pci.get("gpus")) if presence.get("compared") else None,
-                       [g.get("pci_bus_id") for g in gpus if g.get("pci_bus_id")],
+                       listed_bus_ids(gpus),
                        capacity=capacity, expected_count=expected_gpus, mig_gpus=mig,
                        xid_gpus=_d(_d(nv.get("xid")).get("gpus")))
     # A GPU the driver lists that this sysfs does not show (a container's partial /sys) is
@@ -379,8 +398,9 @@ def rule_gpu_xid(ctx):
     """gpu.xid: Xid events of this boot per GPU, with the action NVIDIA documents. A scan that
     read none or only the newest part of this boot's kernel log (its ``warning``) is also an
     audit.module_failed warning: no Xid found is then no proof that there was none."""
-    xid = _d(_d(ctx.get("nvidia")).get("xid"))
-    return _xid_scan_incomplete(xid) + _xid_events(xid)
+    nv = _d(ctx.get("nvidia"))
+    xid = _d(nv.get("xid"))
+    return _xid_scan_incomplete(xid) + _xid_events(xid, nv)
 
 
 def _xid_scan_incomplete(xid):
@@ -400,66 +420,182 @@ def _xid_scan_incomplete(xid):
         references=REF_XID)]
 
 
-def _xid_events(xid):
+def _remedy(summary, rollout):
+    rem = {"summary": summary}
+    if rollout:
+        rem["role"] = "kubegpu.fleet.rolling_reboot"
+    return rem
+
+
+def _driver_verdicts(nv):
+    """``{bus_id: recovery verdict}`` of the GPUs whose driver reports one (R570+)."""
+    out = {}
+    for g in _l(_d(nv).get("gpus")):
+        rec = _d(_d(g.get("health_verdict")).get("recovery"))
+        bus = normalize_bus_id(g.get("pci_bus_id")) if isinstance(g.get("pci_bus_id"), str) else None
+        if bus and rec.get("action"):
+            out[bus] = rec
+    return out
+
+
+def _xid_events(xid, nv=None):
     per_gpu = _d(xid.get("gpus"))
     if not per_gpu:
         return []
+    verdicts = _driver_verdicts(nv)
     gpus = []
+    node_action = "none"
     for bus_id, g in sorted(per_gpu.items()):
         g = _d(g)
         last = _d(g.get("last"))
-        gpus.append({"bus_id": bus_id, "counts": g.get("counts"), "total": g.get("total"),
-                     "action": g.get("action"), "action_xids": g.get("action_xids"),
-                     "last": {"xid": last.get("xid"), "message": last.get("message"),
-                              "timestamp": last.get("timestamp")},
-                     "meanings": dict((k, _d(v).get("meaning")) for k, v in _d(g.get("classes")).items())})
-    action = xid.get("action") or "none"
+        catalog_action = g.get("action") or "none"
+        action = catalog_action
+        driver = verdicts.get(bus_id)
+        if driver and catalog_action in ("reset_gpu", "reboot"):
+            # The driver's own verdict decides what a reset or a reboot is for; the catalog is
+            # the fallback on drivers that do not report one.
+            action = driver["action"]
+        elif driver:
+            action = _worse(catalog_action, driver["action"]) if driver["action"] in ("reset_gpu", "reboot") \
+                else catalog_action
+        node_action = _worse(action, node_action)
+        item = {"bus_id": bus_id, "counts": g.get("counts"), "total": g.get("total"),
+                "action": action, "catalog_action": catalog_action,
+                "driver_action": driver.get("driver_action") if driver else None,
+                "action_xids": g.get("action_xids"), "action_events": g.get("action_events") or [],
+                "last": {"xid": last.get("xid"), "message": last.get("message"),
+                         "timestamp": last.get("timestamp"), "gpu_instance": last.get("gpu_instance"),
+                         "compute_instance": last.get("compute_instance")},
+                "meanings": dict((k, _d(v).get("meaning")) for k, v in _d(g.get("classes")).items()),
+                "unknown_xids": sorted(int(k) for k, v in _d(g.get("classes")).items()
+                                       if _d(v).get("action") == "unknown" and str(k).isdigit())}
+        for key in ("mig", "kernel_events", "before_reset"):
+            if g.get(key):
+                item[key] = g[key]
+        gpus.append(item)
     summary = {"reboot": "reboot the node (drained first)",
-               "reset_gpu": "reset the GPU - the rollout reboots the node (drained first)",
+               "reset_gpu": "drain the node and reset the GPU (nvidia-smi -r); reboot if the reset is "
+                            "refused or fails",
                "investigate": "a person follows NVIDIA's workflow for these Xids; the node is cordoned",
+               "unknown": "Xids NVIDIA's catalog gives no immediate action for: reported, nothing is done",
                "restart_app": "the application on the GPU restarts; nothing to do on the node",
-               "ignore": "informational; nothing to do"}.get(action, "see NVIDIA's Xid catalog")
-    return [finding("gpu.xid", {"action": action, "source": xid.get("source"), "events": xid.get("events"),
-                                "gpus": gpus, "hands_on": action == "investigate"},
+               "ignore": "informational; nothing to do",
+               "none": "the driver reports no recovery needed; nothing to do"}.get(node_action,
+                                                                                  "see NVIDIA's Xid catalog")
+    return [finding("gpu.xid", {"action": node_action, "catalog_action": xid.get("action") or "none",
+                                "source": xid.get("source"), "events": xid.get("events"),
+                                "gpus": gpus, "hands_on": node_action == "investigate"},
                     remediation={"summary": summary}, references=REF_XID,
-                    severity=XID_SEVERITY.get(action, "warning"))]
+                    severity=XID_SEVERITY.get(node_action, "warning"))]
+
+
+def rule_nvswitch(ctx):
+    """nvswitch.sxid: SXid records of this boot per NVSwitch; a fatal one (the record says so)
+    stops the fabric and needs the NVSwitches and GPUs reset together: a reboot."""
+    xid = _d(_d(ctx.get("nvidia")).get("xid"))
+    switches = _d(xid.get("nvswitches"))
+    if not switches:
+        return []
+    action = xid.get("sxid_action") or "none"
+    items = []
+    for bus_id, sw in sorted(switches.items()):
+        sw = _d(sw)
+        items.append({"bus_id": bus_id, "switch": sw.get("switch"), "counts": sw.get("counts"),
+                      "fatal": sw.get("fatal"), "non_fatal": sw.get("non_fatal"),
+                      "action": sw.get("action"), "last": sw.get("last")})
+    severity = {"reboot": "critical", "unknown": "warning"}.get(action, "info")
+    summary = ("drain and reboot the node: a fatal SXid needs the NVSwitches and GPUs reset together"
+               if action == "reboot" else "non-fatal NVSwitch errors: reported, nothing to do")
+    return [finding("nvswitch.sxid", {"action": action, "switches": items},
+                    remediation=_remedy(summary, action in ("reboot",)),
+                    references=REF_FM, severity=severity)]
+
+
+_HEALTH_TEXT = {
+    "gpu.row_remap_exhausting": ("watch the GPU: when a bank has no spare rows, its next uncorrectable "
+                                 "error is a row remapping failure (RMA)", REF_MEMERR + REF_DCGM),
+    "gpu.pcie_degraded": ("check the GPU's seating, riser and slot at the next maintenance (a slot wired "
+                          "narrower than the GPU shows the same)", REF_DCGM),
+    "gpu.clocks_slowdown": ("check cooling and power delivery of the node", REF_DCGM),
+    "gpu.nvlink": ("follow NVIDIA's NVLink workflow if the errors grow or links stay down", REF_DCGM + REF_XID),
+    "gpu.fabric": ("check nvidia-fabricmanager on the node; CUDA jobs cannot use the GPU until it is "
+                   "registered with the fabric", REF_FM),
+}
 
 
 def rule_gpu_health(ctx):
-    """gpu.reset_required, gpu.rma, gpu.ecc_uncorrectable from each GPU's health verdict."""
-    reset, rma, ecc = [], [], []
+    """gpu.reset_required, gpu.rma, gpu.ecc_uncorrectable, gpu.recovery_action and the
+    monitoring findings from each GPU's health verdict."""
+    reset, rma, ecc, recovery = [], [], [], []
+    others = {}
     for g in _l(_d(ctx.get("nvidia")).get("gpus")):
         v = _d(g.get("health_verdict"))
         if not v:
             continue
+        details = _d(v.get("details"))
         item = {"gpu": _gpu_label(g), "bus_id": g.get("pci_bus_id"), "uuid": g.get("uuid"),
                 "reasons": v.get("reasons")}
         if v.get("reset_required"):
-            reset.append(item)
+            reset.append(dict(item, reasons=details.get("gpu.reset_required") or v.get("reasons")))
         if v.get("rma"):
-            rma.append(item)
+            rma.append(dict(item, reasons=details.get("gpu.rma") or v.get("reasons")))
         unc = _d(v.get("ecc_uncorrectable"))
         if unc.get("scope"):
             ecc.append(dict(item, volatile=unc.get("volatile"), aggregate=unc.get("aggregate"),
                             scope=unc.get("scope")))
+        rec = _d(v.get("recovery"))
+        if rec.get("driver_action") not in (None, "none"):
+            recovery.append(dict(item, reasons=details.get("gpu.recovery_action"),
+                                 driver_action=rec.get("driver_action"), action=rec.get("action"),
+                                 source=rec.get("source"), raw=rec.get("raw")))
+        for fid in _HEALTH_TEXT:
+            if details.get(fid):
+                entry = dict(item, reasons=details[fid])
+                if fid == "gpu.pcie_degraded":
+                    entry["pcie"] = v.get("pcie")
+                others.setdefault(fid, []).append(entry)
     out = []
+    if recovery:
+        action = "none"
+        for r in recovery:
+            action = _worse(r.get("action") or "unknown", action)
+        severity = "warning"
+        for r in recovery:
+            if RECOVERY_SEVERITY.get(r.get("driver_action"), "warning") == "critical":
+                severity = "critical"
+        summary = {"reset_gpu": "drain the node and reset the GPU (nvidia-smi -r), as the driver asks; "
+                                "reboot if the reset is refused or fails",
+                   "reboot": "drain and reboot the node, as the driver asks"}.get(
+                       action, "the driver asks to quiesce peer-to-peer traffic or to recover the IMEX "
+                               "domain: reported for a person")
+        out.append(finding("gpu.recovery_action", {"action": action, "gpus": recovery},
+                           remediation=_remedy(summary, action in ("reset_gpu", "reboot")),
+                           references=REF_DCGM + REF_XID, severity=severity))
     if reset:
         out.append(finding("gpu.reset_required", {"gpus": reset},
-                           remediation={"summary": "drain and reboot the node (resets the GPUs; the "
-                                                   "pending row remap / page retirement takes effect)",
+                           remediation={"summary": "drain the node and reset the GPU (nvidia-smi -r; the "
+                                                   "pending row remap / page retirement / repair takes "
+                                                   "effect); reboot if the reset is refused or fails",
                                         "role": "kubegpu.fleet.rolling_reboot"},
                            references=REF_MEMERR))
     if rma:
         out.append(finding("gpu.rma", {"gpus": rma, "hands_on": True},
                            remediation={"summary": "a person replaces the GPU (RMA); the node is cordoned "
                                                    "until then"},
-                           references=REF_MEMERR))
+                           references=REF_MEMERR + REF_DCGM))
     if ecc:
         volatile = any(e["scope"] == "volatile" for e in ecc)
         out.append(finding("gpu.ecc_uncorrectable", {"gpus": ecc},
                            remediation={"summary": "watch the GPU: uncorrectable errors since the driver "
                                                    "loaded" if volatile else "history only (lifetime count)"},
                            references=REF_MEMERR, severity="warning" if volatile else "info"))
+    for fid, items in sorted(others.items()):
+        summary, refs = _HEALTH_TEXT[fid]
+        severity = None
+        if fid == "gpu.nvlink" and any("NVLinks down" in r for i in items for r in i["reasons"]):
+            severity = "critical"  # DCGM: an NVLink down on a GPU not in MIG mode is a FAIL
+        out.append(finding(fid, {"gpus": items}, remediation={"summary": summary},
+                           references=refs, severity=severity))
     return out
 
 
@@ -482,6 +618,7 @@ def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=()
              ("uvm", rule_uvm, ()), ("cgroups", rule_cgroups, ()), ("checkpoint", rule_checkpoint, ()),
              ("memory", rule_memory, (memory_min_fraction,)), ("api_node", rule_api_node, ()),
              ("gpu_presence", rule_gpu_presence, (expected_gpus,)), ("gpu_xid", rule_gpu_xid, ()),
+             ("nvswitch", rule_nvswitch, ()),
              ("gpu_health", rule_gpu_health, ()), ("catalog", findings_stack.rule_catalog, ()),
              ("fabricmanager", findings_stack.rule_fabricmanager, ()),
              ("module_failures", rule_module_failures, ()))

@@ -10,6 +10,7 @@ The remediate playbook runs the audit, turns each node's findings into a plan wi
 from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import normalize_bus_id
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.reboot_need import gpu_reasons
 
@@ -21,17 +22,22 @@ DRAIN = frozenset((
     "security.fabric-manager",
     "nvml.hung", "nvml.error", "kubelet.admission_blocked", "cgroup.devices_missing",
     "cgroup.uvm_tools_missing", "checkpoint.stale", "gpu.reset_required", "gpu.xid",
+    "gpu.recovery_action", "nvswitch.sxid",
 ))
 # The kubelet on these nodes is wedged in a device-plugin call: it never confirms pod
 # deletions, so evicted pods stay Terminating until the node reboots.
 WEDGED = frozenset(("nvml.hung", "kubelet.admission_blocked"))
 # Findings that need a reboot whatever role runs (the kernel module must change).
-# A GPU reset applies a pending row remap / page retirement; rebooting the drained node resets
-# every GPU (and is what NVIDIA documents for the Xids whose action is reboot).
-REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung", "gpu.reset_required", "gpu.xid"))
+REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung"))
+# GPU findings acted on by what their evidence says (kubegpu.fleet.gpu_reset for "reset_gpu",
+# a reboot for "reboot", nothing for the rest): a GPU reset applies a pending row remap / page
+# retirement / repair and clears what NVIDIA's catalog resets the GPU for, without taking the
+# node's other GPUs down for a reboot; a refused or failed reset falls back to the reboot.
+GPU_ACTION_FINDINGS = frozenset(("gpu.reset_required", "gpu.xid", "gpu.recovery_action", "nvswitch.sxid"))
 # Findings nothing here can fix automatically: reported, the node is not touched for them.
 MANUAL = frozenset(("node.not_ready", "audit.module_failed", "gpu.rma", "gpu.missing",
-                    "gpu.ecc_uncorrectable",
+                    "gpu.ecc_uncorrectable", "gpu.row_remap_exhausting", "gpu.pcie_degraded",
+                    "gpu.clocks_slowdown", "gpu.nvlink", "gpu.fabric",
                     # cluster components (images the GPU Operator / Helm deploy): not a node role's fix
                     "security.device-plugin", "security.gpu-operator", "security.mig-manager",
                     "defect.device-plugin", "defect.gpu-operator", "defect.mig-manager"))
@@ -61,6 +67,8 @@ ROLE_FOR = {
     "nvml.error": "rolling_reboot",
     "gpu.reset_required": "rolling_reboot",
     "gpu.xid": "rolling_reboot",
+    "gpu.recovery_action": "rolling_reboot",
+    "nvswitch.sxid": "rolling_reboot",
     # issue 14: the node stack against the catalog. The driver role moves fabric manager in
     # lockstep with the driver; the device_plugin role's toolkit fix path upgrades the toolkit
     # packages or, where kubegpu_toolkit_upgrade is false, writes the documented mitigation.
@@ -93,13 +101,41 @@ def _hands_on_reason(finding):
 
 
 def xid_disposition(finding):
-    """What gpu.xid asks for: "reboot", "hands_on" or "note" (nothing to do on the node)."""
+    """What a GPU finding acted on by its evidence (``GPU_ACTION_FINDINGS``) asks for:
+    "reset" (a GPU reset, the reboot its fallback), "reboot", "hands_on" or "note" (nothing to
+    do on the node: the application's fault, informational, an Xid NVIDIA gives no action for)."""
+    if finding.get("id") == "gpu.reset_required":
+        return "reset"
     action = (finding.get("evidence") or {}).get("action")
-    if action in XID_REBOOT_ACTIONS:
+    if action == "reset_gpu":
+        return "reset"
+    if action == "reboot":
         return "reboot"
-    if action in XID_HANDS_ON_ACTIONS:
+    if action in XID_HANDS_ON_ACTIONS and finding.get("id") == "gpu.xid":
         return "hands_on"
     return "note"
+
+
+def reset_targets(findings):
+    """``(bus ids, reasons)`` of the GPUs the node's reset-disposition findings name."""
+    buses, reasons = [], []
+    for f in findings:
+        if not isinstance(f, dict) or xid_disposition(f) != "reset":
+            continue
+        ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+        for g in ev.get("gpus") or []:
+            if not isinstance(g, dict) or not isinstance(g.get("bus_id"), str):
+                continue
+            if f.get("id") != "gpu.reset_required" and g.get("action") != "reset_gpu":
+                continue
+            bus = normalize_bus_id(g["bus_id"])
+            if bus and bus not in buses:
+                buses.append(bus)
+            why = "; ".join(str(r) for r in g.get("reasons") or []) if g.get("reasons") else (
+                "Xid %s" % "/".join(str(x) for x in g.get("action_xids") or []) if f.get("id") == "gpu.xid"
+                else f.get("id"))
+            reasons.append("%s %s: %s" % (f.get("id"), g["bus_id"], why))
+    return sorted(buses), reasons
 
 
 def _vars(finding):
@@ -181,17 +217,21 @@ def plan_node(audit, skip_findings=()):
     operator asked to leave), ``hands_on`` (one line per hardware problem a person must handle),
     ``cordon`` (the node is cordoned with those reasons and nothing else is done on it),
     ``noted`` (ids that need nothing: Xids of an application fault), ``reboot_reasons`` (the
-    GPU reasons for the reboot, one line per GPU), ``reason`` (one line).
+    GPU reasons for the reboot, one line per GPU), ``gpu_reset`` (bus ids of the GPUs the drained
+    node resets instead of rebooting, empty when a reboot is planned anyway) and
+    ``gpu_reset_reasons``, ``reason`` (one line).
     """
     audit = audit or {}
     status = audit.get("status") or "unknown"
     empty = {"fix": False, "roles": {}, "drain": False, "wedged": False, "reboot": False,
              "findings": [], "manual": [], "skipped": [], "hands_on": [], "cordon": False,
-             "noted": [], "reboot_reasons": [], "status": status}
+             "noted": [], "reboot_reasons": [], "gpu_reset": [], "gpu_reset_reasons": [],
+             "status": status}
     if status != "audited":
         empty["reason"] = "not audited (%s): nothing is changed on it" % status
         return empty
     roles, ids, manual, skipped, hands_on, noted = {}, [], [], [], [], []
+    reboot_by_gpu, reset_findings = False, []
     for f in audit.get("findings") or []:
         fid = f.get("id")
         if not fid:
@@ -199,7 +239,7 @@ def plan_node(audit, skip_findings=()):
         if fid in skip_findings:
             skipped.append(fid)
             continue
-        if fid == "gpu.xid":
+        if fid in GPU_ACTION_FINDINGS:
             disposition = xid_disposition(f)
             if disposition == "note":
                 noted.append(fid)
@@ -208,6 +248,10 @@ def plan_node(audit, skip_findings=()):
                 hands_on.append(_hands_on_reason(f))
                 manual.append(fid)
                 continue
+            if disposition == "reboot":
+                reboot_by_gpu = True
+            else:
+                reset_findings.append(f)
         if fid in HANDS_ON:
             hands_on.append(_hands_on_reason(f))
         if fid in MANUAL or fid not in ROLE_FOR:
@@ -230,7 +274,7 @@ def plan_node(audit, skip_findings=()):
         return plan
     plan["drain"] = bool(ids_set & DRAIN)
     plan["wedged"] = bool(ids_set & WEDGED)
-    plan["reboot"] = bool(ids_set & REBOOT)
+    plan["reboot"] = bool(ids_set & REBOOT) or reboot_by_gpu
     acted = [f for f in audit.get("findings") or [] if isinstance(f, dict) and f.get("id") in ids_set]
     plan["reboot_reasons"] = gpu_reasons(acted)
     if "rolling_reboot" in roles:
@@ -242,6 +286,11 @@ def plan_node(audit, skip_findings=()):
         # alone differs from the driver is installed and restarted without a reboot.
         plan["reboot"] = plan["reboot"] or bool(ids_set & {"driver.known_bad", "driver.at_risk", "nvml.hung",
                                                            "security.driver", "security.fabric-manager"})
+    if reset_findings and not plan["reboot"]:
+        # The drained node's GPUs are reset (kubegpu.fleet.gpu_reset); a reboot only if that is
+        # refused or fails. A reboot the plan needs anyway resets every GPU: no separate reset.
+        plan["gpu_reset"], plan["gpu_reset_reasons"] = reset_targets(reset_findings)
+        plan["reboot_reasons"] = []
     if "kubelet" in roles and plan["reboot"]:
         roles["kubelet"].pop("kubegpu_kubelet_restart", None)
     if "device_plugin" in roles and "driver" in roles and plan["reboot"]:
@@ -257,13 +306,16 @@ def plan_node(audit, skip_findings=()):
         # replacements get every device.
         roles.setdefault("device_plugin", {})
     plan["roles"] = roles
-    plan["fix"] = bool(roles) or plan["reboot"]
+    plan["fix"] = bool(roles) or plan["reboot"] or bool(plan["gpu_reset"])
     parts = []
     if roles:
         parts.append("roles " + ", ".join(sorted(roles)))
     if plan["drain"]:
         parts.append("drain" + (" (kubelet wedged: evicted pods may stay Terminating until the reboot)"
                                 if plan["wedged"] else ""))
+    if plan["gpu_reset"]:
+        parts.append("reset GPU%s %s (reboot if refused or failed)" % (
+            "s" if len(plan["gpu_reset"]) != 1 else "", ", ".join(plan["gpu_reset"])))
     if plan["reboot"]:
         parts.append("reboot")
     if manual:

@@ -53,6 +53,9 @@
 #define FAKE_MAX_CONFIG (4 << 20)
 #define FAKE_MAX_NVLINKS 18
 #define FAKE_NVLINK_COUNTERS 5
+#define FAKE_MAX_PROCS 16
+#define FAKE_MAX_GROUPS 8
+#define FAKE_RESET_SUFFIX ".reset"
 
 struct fake_err {
     char fn[64];
@@ -88,6 +91,23 @@ struct nvmlDevice_st {
     unsigned long long ecc_unc_volatile, ecc_unc_aggregate, ecc_cor_volatile, ecc_cor_aggregate;
     unsigned long long sram_vol_parity, sram_vol_secded, sram_agg_parity, sram_agg_secded;
     unsigned sram_threshold;
+    int recovery_action;                  /* nvmlGpuRecoveryAction_t, -1: field not supported */
+    int reset_required, drain_reset;      /* deprecated fields: -1 answers NVML_ERROR_DEPRECATED */
+    int repair_supported;
+    unsigned channel_repair, tpc_repair, unrepairable;
+    int hist_supported;
+    unsigned hist[5];                     /* max, high, partial, low, none */
+    int pcie_supported;
+    unsigned pcie_gen, pcie_max_gen, pcie_width, pcie_max_width, pcie_replay, pcie_rollover;
+    unsigned long long clock_reasons;
+    int fabric_state;                     /* NVML_GPU_FABRIC_STATE_*, 0: not supported */
+    int fabric_status;
+    /* processes and GPU reset (kubegpu_fake_reset) */
+    unsigned nprocs;
+    unsigned procs[FAKE_MAX_PROCS];
+    int reset_refuse;                     /* NVML error a reset of this GPU is refused with */
+    int reset_loses;                      /* a reset that leaves the GPU lost (failed reset) */
+    int was_reset;                        /* reset since the scenario was written */
     unsigned nvlinks;                     /* number of NVLinks (0: NOT_SUPPORTED) */
     unsigned nvlink_active[FAKE_MAX_NVLINKS];
     unsigned long long nvlink_err[FAKE_MAX_NVLINKS][FAKE_NVLINK_COUNTERS];
@@ -108,6 +128,10 @@ static struct {
     char hang_fn[64];
     long hang_gpu;
     char freeze_cg[512];
+    char path[512];                       /* the scenario file (its reset record is path.reset) */
+    unsigned ngroups;                     /* "reset_groups": GPUs that must be reset together */
+    unsigned group_n[FAKE_MAX_GROUPS];
+    unsigned group_gpu[FAKE_MAX_GROUPS][FAKE_MAX_GPUS];
 } G = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* ---------------------------------------------------------------- error names and strings */
@@ -166,6 +190,14 @@ static void fake_log(const char *fmt, ...)
 }
 
 /* Error code from "NVML_ERROR_GPU_IS_LOST", "GPU_IS_LOST" or a number; -1 when unknown. */
+static const char *err_name(int code)
+{
+    for (size_t i = 0; i < sizeof(ERRORS) / sizeof(ERRORS[0]); i++)
+        if (ERRORS[i].code == code)
+            return ERRORS[i].name;
+    return "NVML_ERROR_UNKNOWN";
+}
+
 static int error_code(const fj_value *v)
 {
     if (!v)
@@ -520,6 +552,86 @@ static int load_mig(struct nvmlDevice_st *gpu, struct nvmlDevice_st *m, unsigned
  * Defaults: a healthy data-centre GPU (row remapper and ECC supported, all zero), 18 active
  * NVLinks without errors. "supported": false makes the memory queries NOT_SUPPORTED (a
  * consumer GPU); "nvlinks": 0 makes the NVLink queries NOT_SUPPORTED. */
+static const char *const RECOVERY_NAMES[] = {
+    "none", "reset_gpu", "reboot", "drain_p2p", "drain_and_reset", "recover_imex", "bus_reset", "system_reboot" };
+static const char *const CLOCK_NAMES[] = {
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+    "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting" };
+static const char *const HIST_NAMES[] = { "max", "high", "partial", "low", "none" };
+static const char *const FABRIC_NAMES[] = { "Not Supported", "Not Started", "In Progress", "Completed" };
+
+static int named(const fj_value *v, const char *const *names, int n, int def)
+{
+    if (!v || v->type == FJ_NULL)
+        return def;
+    if (v->type == FJ_NUM)
+        return (int)v->num;
+    if (v->type == FJ_STR)
+        for (int i = 0; i < n; i++)
+            if (!strcasecmp(v->str, names[i]))
+                return i;
+    return -2;
+}
+
+/* R570+ health (see README.md): the driver's recovery verdict, the deprecated reset status,
+ * repair state, the row remapper histogram, the PCIe link, clock event reasons, fabric state.
+ * Defaults: a healthy H100 on R580 (recovery action None, reset status fields deprecated, no
+ * repair pending, all banks at max, gen 5 x16 without replays, idle, no fabric). */
+static int load_health_extras(struct nvmlDevice_st *d, const fj_value *h)
+{
+    const fj_value *rs = fj_get(h, "reset_status"), *rp = fj_get(h, "repair");
+    const fj_value *hist = fj_get(h, "row_remapper_histogram"), *pcie = fj_get(h, "pcie");
+    const fj_value *clocks = fj_get(h, "clocks_event_reasons"), *fab = fj_get(h, "fabric");
+    const fj_value *ra = fj_get(h, "recovery_action");
+    d->recovery_action = ra && ra->type == FJ_BOOL && !ra->boolean ? -1 : named(ra, RECOVERY_NAMES, 8, 0);
+    if (d->recovery_action < -1) {
+        fprintf(stderr, "fake-nvml: unknown recovery_action in scenario\n");
+        return -1;
+    }
+    d->reset_required = rs ? fj_get_bool(rs, "reset_required", 0) : -1;
+    d->drain_reset = rs ? fj_get_bool(rs, "drain_and_reset_recommended", 0) : -1;
+    d->repair_supported = !(rp && rp->type == FJ_BOOL && !rp->boolean);
+    d->channel_repair = (unsigned)fj_get_bool(rp, "channel_repair_pending", 0);
+    d->tpc_repair = (unsigned)fj_get_bool(rp, "tpc_repair_pending", 0);
+    d->unrepairable = (unsigned)fj_get_bool(rp, "unrepairable_memory", 0);
+    d->hist_supported = !(hist && hist->type == FJ_BOOL && !hist->boolean);
+    for (int i = 0; i < 5; i++)
+        d->hist[i] = (unsigned)fj_get_int(hist, HIST_NAMES[i], i == 0 ? 2560 : 0);
+    d->pcie_supported = !(pcie && pcie->type == FJ_BOOL && !pcie->boolean);
+    d->pcie_max_gen = (unsigned)fj_get_int(pcie, "max_gen", 5);
+    d->pcie_gen = (unsigned)fj_get_int(pcie, "gen", d->pcie_max_gen);
+    d->pcie_max_width = (unsigned)fj_get_int(pcie, "max_width", 16);
+    d->pcie_width = (unsigned)fj_get_int(pcie, "width", d->pcie_max_width);
+    d->pcie_replay = (unsigned)fj_get_int(pcie, "replay_counter", 0);
+    d->pcie_rollover = (unsigned)fj_get_int(pcie, "replay_rollover_counter", 0);
+    d->clock_reasons = 0x1; /* idle */
+    if (clocks && clocks->type == FJ_NUM) {
+        d->clock_reasons = (unsigned long long)clocks->num;
+    } else if (clocks && clocks->type == FJ_ARR) {
+        d->clock_reasons = 0;
+        for (size_t i = 0; i < clocks->n; i++) {
+            int bit = named(clocks->items[i], CLOCK_NAMES, 9, -2);
+            if (bit < 0) {
+                fprintf(stderr, "fake-nvml: unknown clocks_event_reasons entry in scenario\n");
+                return -1;
+            }
+            d->clock_reasons |= 1ULL << bit;
+        }
+    }
+    d->fabric_state = 0;
+    d->fabric_status = NVML_SUCCESS;
+    if (fab && fab->type == FJ_OBJ) {
+        d->fabric_state = named(fj_get(fab, "state"), FABRIC_NAMES, 4, 3);
+        const fj_value *st = fj_get(fab, "status");
+        d->fabric_status = !st || (st->type == FJ_STR && !strcasecmp(st->str, "Success")) ? NVML_SUCCESS : error_code(st);
+        if (d->fabric_state < 0 || d->fabric_status < 0) {
+            fprintf(stderr, "fake-nvml: bad fabric state/status in scenario\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int load_health(struct nvmlDevice_st *d, const fj_value *h)
 {
     static const char *const COUNTERS[FAKE_NVLINK_COUNTERS] = {
@@ -552,6 +664,8 @@ static int load_health(struct nvmlDevice_st *d, const fj_value *h)
         d->sram_agg_secded = (unsigned long long)fj_get_int(sram, "aggregate_secded", (long long)d->sram_vol_secded);
         d->sram_threshold = (unsigned)fj_get_bool(sram, "threshold_exceeded", 0);
     }
+    if (load_health_extras(d, h) < 0)
+        return -1;
     if (d->retired_sbe > 64 || d->retired_dbe > 64) {
         fprintf(stderr, "fake-nvml: at most 64 retired pages per cause\n");
         return -1;
@@ -633,6 +747,19 @@ static int load_gpu(struct nvmlDevice_st *d, unsigned i, const fj_value *spec)
         return -1;
     if (load_health(d, fj_get(spec, "health")) < 0)
         return -1;
+    {
+        const fj_value *procs = fj_get(spec, "processes"), *reset = fj_get(spec, "reset");
+        if (procs && procs->type == FJ_ARR)
+            for (size_t k = 0; k < procs->n && d->nprocs < FAKE_MAX_PROCS; k++)
+                d->procs[d->nprocs++] = (unsigned)fj_get_int(procs->items[k], "pid", 1000 + (long long)k);
+        d->reset_refuse = 0;
+        if (reset && fj_get(reset, "refuse") && fj_get(reset, "refuse")->type != FJ_NULL &&
+            (d->reset_refuse = error_code(fj_get(reset, "refuse"))) < 0) {
+            fprintf(stderr, "fake-nvml: unknown reset.refuse error in scenario\n");
+            return -1;
+        }
+        d->reset_loses = !strcmp(fj_get_str(reset, "result", "ok"), "lost");
+    }
     if (devs && devs->type == FJ_ARR && d->mig_current == 1) {
         for (size_t j = 0; j < devs->n && j < d->max_mig; j++)
             if (load_mig(d, &G.migs[i][j], (unsigned)j, devs->items[j]) < 0)
@@ -663,6 +790,89 @@ static int mig_mixed(void)
     return on && off;
 }
 
+static struct nvmlDevice_st *gpu_by_bus(const char *bus)
+{
+    unsigned dom, b, dev;
+    if (parse_busid(bus, &dom, &b, &dev) < 0)
+        return NULL;
+    for (unsigned i = 0; i < G.ngpus; i++)
+        if (G.gpus[i].domain == dom && G.gpus[i].bus == b && G.gpus[i].device == dev)
+            return &G.gpus[i];
+    return NULL;
+}
+
+/* "reset_groups": [["0000:18:00.0", "0000:2a:00.0"], ...]: GPUs whose NVLinks tie them
+ * together so that one cannot be reset without the others (pre-Ampere NVLink, or an Ampere
+ * NVSwitch system without Fabric Manager, as the nvidia-smi -r documentation describes). */
+static int load_groups(const fj_value *groups)
+{
+    G.ngroups = 0;
+    if (!groups || groups->type != FJ_ARR)
+        return 0;
+    for (size_t g = 0; g < groups->n && G.ngroups < FAKE_MAX_GROUPS; g++) {
+        const fj_value *grp = groups->items[g];
+        unsigned n = 0;
+        if (!grp || grp->type != FJ_ARR)
+            continue;
+        for (size_t k = 0; k < grp->n && n < FAKE_MAX_GPUS; k++) {
+            struct nvmlDevice_st *d = grp->items[k]->type == FJ_STR ? gpu_by_bus(grp->items[k]->str) : NULL;
+            if (!d) {
+                fprintf(stderr, "fake-nvml: reset_groups names a bus id that is no GPU of the scenario\n");
+                return -1;
+            }
+            G.group_gpu[G.ngroups][n++] = d->index;
+        }
+        G.group_n[G.ngroups++] = n;
+    }
+    return 0;
+}
+
+/* What a GPU reset did, recorded by kubegpu_fake_reset in <scenario>.reset (one UUID a line)
+ * and valid while it is newer than the scenario (writing a new scenario re-arms the faults):
+ * a row marked for remapping is remapped, pages pending retirement are retired, pending
+ * repairs are applied, the volatile ECC counters start again at 0 and the driver's recovery
+ * verdict is None again; a reset that fails leaves the GPU lost. */
+static void apply_reset_record(void)
+{
+    char rec[sizeof(G.path) + 8], line[128];
+    struct stat sst, rst;
+    FILE *f;
+    snprintf(rec, sizeof(rec), "%s%s", G.path, FAKE_RESET_SUFFIX);
+    if (stat(G.path, &sst) < 0 || stat(rec, &rst) < 0)
+        return;
+    if (rst.st_mtim.tv_sec < sst.st_mtim.tv_sec ||
+        (rst.st_mtim.tv_sec == sst.st_mtim.tv_sec && rst.st_mtim.tv_nsec < sst.st_mtim.tv_nsec))
+        return;
+    if (!(f = fopen(rec, "r")))
+        return;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        for (unsigned i = 0; i < G.ngpus; i++) {
+            struct nvmlDevice_st *d = &G.gpus[i];
+            if (strcmp(d->uuid, line) != 0)
+                continue;
+            d->was_reset = 1;
+            if (d->reset_loses) {
+                d->lost = 1;
+                continue;
+            }
+            d->remap_pending = 0;
+            d->retired_pending = 0;
+            d->channel_repair = d->tpc_repair = 0;
+            d->ecc_unc_volatile = d->ecc_cor_volatile = 0;
+            d->sram_vol_parity = d->sram_vol_secded = 0;
+            if (d->recovery_action > 0)
+                d->recovery_action = 0;
+            if (d->reset_required > 0)
+                d->reset_required = 0;
+            if (d->drain_reset > 0)
+                d->drain_reset = 0;
+            d->nprocs = 0;
+        }
+    }
+    fclose(f);
+}
+
 /* Load the scenario and run the init-time checks. Called with the lock held. */
 static int fake_init(void)
 {
@@ -681,6 +891,7 @@ static int fake_init(void)
         fake_log("no scenario at %s: %s", path, strerror(errno));
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    snprintf(G.path, sizeof(G.path), "%s", path);
     cfg = fj_parse(text, err, sizeof(err));
     free(text);
     if (!cfg || cfg->type != FJ_OBJ) {
@@ -762,6 +973,11 @@ static int fake_init(void)
         }
         G.ngpus = gpus->n < FAKE_MAX_GPUS ? (unsigned)gpus->n : FAKE_MAX_GPUS;
     }
+    if (load_groups(fj_get(cfg, "reset_groups")) < 0) {
+        rc = NVML_ERROR_UNKNOWN;
+        goto out;
+    }
+    apply_reset_record();
 
     hang = fj_get(cfg, "hang");
     if (hang && !(hang->type == FJ_BOOL && !hang->boolean) && hang->type != FJ_NULL) {
@@ -1438,5 +1654,269 @@ API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned i
     if (!counterValue || counter < 0 || counter >= FAKE_NVLINK_COUNTERS)
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *counterValue = device->nvlink_err[link][counter];
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------ R570+ health, PCIe, clocks */
+
+API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    int rc = enter("nvmlDeviceGetFieldValues", device);
+    if (rc)
+        return rc;
+    if (!values || valuesCount < 0)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        const struct nvmlDevice_st *d = device->is_mig ? device->parent : device;
+        long long val = 0;
+        int frc = NVML_SUCCESS;
+        switch (v->fieldId) {
+        case NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+            frc = d->pcie_supported ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+            val = d->pcie_replay;
+            break;
+        case NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER:
+            frc = d->pcie_supported ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+            val = d->pcie_rollover;
+            break;
+        case NVML_FI_DEV_RESET_STATUS:
+            frc = d->reset_required < 0 ? NVML_ERROR_DEPRECATED : NVML_SUCCESS;
+            val = d->reset_required;
+            break;
+        case NVML_FI_DEV_DRAIN_AND_RESET_STATUS:
+            frc = d->drain_reset < 0 ? NVML_ERROR_DEPRECATED : NVML_SUCCESS;
+            val = d->drain_reset;
+            break;
+        case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
+            frc = d->recovery_action < 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+            val = d->recovery_action;
+            break;
+        default:
+            frc = NVML_ERROR_NOT_SUPPORTED;
+        }
+        v->nvmlReturn = (unsigned)frc;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->timestamp = 0;
+        v->latencyUsec = 0;
+        v->value.ullVal = 0;
+        v->value.uiVal = (unsigned)val;
+    }
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *status)
+{
+    int rc = health_enter("nvmlDeviceGetRepairStatus", device);
+    if (rc)
+        return rc;
+    if (!status)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (status->version != nvmlRepairStatus_v1)
+        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (!device->repair_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    status->bChannelRepairPending = device->channel_repair;
+    status->bTpcRepairPending = device->tpc_repair;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device, nvmlUnrepairableMemory_t *flag)
+{
+    int rc = health_enter("nvmlDeviceGetUnrepairableMemoryFlag", device);
+    if (rc)
+        return rc;
+    if (!flag)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (flag->version != nvmlUnrepairableMemory_v1)
+        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (!device->repair_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    flag->unrepairableMemory = device->unrepairable;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
+{
+    int rc = health_enter("nvmlDeviceGetRowRemapperHistogram", device);
+    if (rc)
+        return rc;
+    if (!values)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!device->hist_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    values->max = device->hist[0];
+    values->high = device->hist[1];
+    values->partial = device->hist[2];
+    values->low = device->hist[3];
+    values->none = device->hist[4];
+    RETURN(NVML_SUCCESS);
+}
+
+static int pcie_value(const char *fn, nvmlDevice_t device, unsigned int *out, int which)
+{
+    int rc = enter(fn, device);
+    if (rc)
+        return rc;
+    if (!out)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig || !device->pcie_supported)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *out = which == 0 ? device->pcie_gen : which == 1 ? device->pcie_max_gen :
+           which == 2 ? device->pcie_width : which == 3 ? device->pcie_max_width : device->pcie_replay;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *v)
+{
+    return pcie_value("nvmlDeviceGetCurrPcieLinkGeneration", device, v, 0);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *v)
+{
+    return pcie_value("nvmlDeviceGetMaxPcieLinkGeneration", device, v, 1);
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *v)
+{
+    return pcie_value("nvmlDeviceGetCurrPcieLinkWidth", device, v, 2);
+}
+
+API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *v)
+{
+    return pcie_value("nvmlDeviceGetMaxPcieLinkWidth", device, v, 3);
+}
+
+API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *v)
+{
+    return pcie_value("nvmlDeviceGetPcieReplayCounter", device, v, 4);
+}
+
+API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    int rc = enter("nvmlDeviceGetCurrentClocksEventReasons", device);
+    if (rc)
+        return rc;
+    if (!reasons)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *reasons = device->clock_reasons;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    int rc = enter("nvmlDeviceGetGpuFabricInfo", device);
+    if (rc)
+        return rc;
+    if (!info)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig || !device->fabric_state)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    memset(info, 0, sizeof(*info));
+    info->status = (unsigned)device->fabric_status;
+    info->state = (unsigned)device->fabric_state;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_t *infos)
+{
+    unsigned n;
+    int rc = enter("nvmlDeviceGetComputeRunningProcesses", device);
+    if (rc)
+        return rc;
+    if (!infoCount)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    n = device->is_mig ? 0 : device->nprocs;
+    if (*infoCount < n || (n && !infos)) {
+        *infoCount = n;
+        RETURN(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+    }
+    for (unsigned k = 0; k < n; k++) {
+        infos[k].pid = device->procs[k];
+        infos[k].usedGpuMemory = 1024ULL << 20;
+        infos[k].gpuInstanceId = 0xFFFFFFFFu;
+        infos[k].computeInstanceId = 0xFFFFFFFFu;
+    }
+    *infoCount = n;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------- GPU reset */
+
+/* The fake's stand-in for the driver's reset path that nvidia-smi -r takes (not an NVML API:
+ * the real tool resets through the driver). busIds: comma-separated PCI bus ids. Refuses as
+ * the tool documents: a GPU with compute processes (In use), one the scenario refuses
+ * ("reset": {"refuse": ...}), one of a reset group named without the rest of its group.
+ * On success it appends the GPUs' UUIDs to <scenario>.reset; the next nvmlInit reads them
+ * (apply_reset_record). msg receives the line nvidia-smi prints. */
+API nvmlReturn_t kubegpu_fake_reset(const char *busIds, char *msg, unsigned int len)
+{
+    struct nvmlDevice_st *targets[FAKE_MAX_GPUS];
+    unsigned nt = 0;
+    char buf[512], rec[sizeof(G.path) + 8];
+    char *save = NULL, *tok;
+    FILE *f;
+    LOCK();
+    if (!G.refcount)
+        RETURN(NVML_ERROR_UNINITIALIZED);
+    if (!busIds || !msg || !len)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    msg[0] = '\0';
+    snprintf(buf, sizeof(buf), "%s", busIds);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        struct nvmlDevice_st *d = gpu_by_bus(tok);
+        if (!d) {
+            snprintf(msg, len, "No GPU with bus id %s", tok);
+            RETURN(NVML_ERROR_NOT_FOUND);
+        }
+        if (nt < FAKE_MAX_GPUS)
+            targets[nt++] = d;
+    }
+    for (unsigned k = 0; k < nt; k++) {
+        struct nvmlDevice_st *d = targets[k];
+        char bus[32];
+        snprintf(bus, sizeof(bus), "%08X:%02X:%02X.0", d->domain, d->bus, d->device);
+        if (d->lost) {
+            snprintf(msg, len, "Unable to reset GPU %s: GPU is lost", bus);
+            RETURN(NVML_ERROR_GPU_IS_LOST);
+        }
+        if (d->reset_refuse) {
+            snprintf(msg, len, "Resetting GPU %s is not supported: %s", bus, err_name(d->reset_refuse));
+            RETURN(d->reset_refuse);
+        }
+        if (d->nprocs) {
+            snprintf(msg, len, "GPU %s is currently in use by another process.", bus);
+            RETURN(NVML_ERROR_IN_USE);
+        }
+        for (unsigned g = 0; g < G.ngroups; g++) {
+            int in = 0;
+            for (unsigned m = 0; m < G.group_n[g]; m++)
+                in |= G.group_gpu[g][m] == d->index;
+            if (!in)
+                continue;
+            for (unsigned m = 0; m < G.group_n[g]; m++) {
+                int named_too = 0;
+                const struct nvmlDevice_st *o = &G.gpus[G.group_gpu[g][m]];
+                for (unsigned t = 0; t < nt; t++)
+                    named_too |= targets[t] == o;
+                if (!named_too) {
+                    snprintf(msg, len, "GPU %s is connected to GPU %08X:%02X:%02X.0 by NVLink: both "
+                             "must be reset in the same command", bus, o->domain, o->bus, o->device);
+                    RETURN(NVML_ERROR_INVALID_ARGUMENT);
+                }
+            }
+        }
+    }
+    snprintf(rec, sizeof(rec), "%s%s", G.path, FAKE_RESET_SUFFIX);
+    if (!(f = fopen(rec, "a"))) {
+        snprintf(msg, len, "cannot record the reset in %s: %s", rec, strerror(errno));
+        RETURN(NVML_ERROR_UNKNOWN);
+    }
+    for (unsigned k = 0; k < nt; k++)
+        fprintf(f, "%s\n", targets[k]->uuid);
+    fclose(f);
     RETURN(NVML_SUCCESS);
 }

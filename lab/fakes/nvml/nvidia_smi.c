@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NVML_FN(ret, name, args) typedef ret(*name##_fn) args; static name##_fn p_##name;
 NVML_FN(nvmlReturn_t, nvmlInitWithFlags, (unsigned int))
@@ -49,6 +51,21 @@ NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPages, (nvmlDevice_t, int, unsigned in
 NVML_FN(nvmlReturn_t, nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t, int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetTotalEccErrors, (nvmlDevice_t, int, int, unsigned long long *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetSramEccErrorStatus, (nvmlDevice_t, nvmlEccSramErrorStatus_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetFieldValues, (nvmlDevice_t, int, nvmlFieldValue_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetRepairStatus, (nvmlDevice_t, nvmlRepairStatus_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetUnrepairableMemoryFlag_v1, (nvmlDevice_t, nvmlUnrepairableMemory_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetRowRemapperHistogram, (nvmlDevice_t, nvmlRowRemapperHistogramValues_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetCurrPcieLinkGeneration, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMaxPcieLinkGeneration, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetCurrPcieLinkWidth, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetMaxPcieLinkWidth, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetCurrentClocksEventReasons, (nvmlDevice_t, unsigned long long *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetGpuFabricInfo, (nvmlDevice_t, nvmlGpuFabricInfo_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetNvLinkState, (nvmlDevice_t, unsigned int, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetNvLinkErrorCounter, (nvmlDevice_t, unsigned int, int, unsigned long long *))
+NVML_FN(nvmlReturn_t, kubegpu_fake_reset, (const char *, char *, unsigned int))
 
 static void *lib;
 
@@ -86,6 +103,21 @@ static void load_symbols(void)
     LOAD(nvmlDeviceGetRetiredPagesPendingStatus);
     LOAD(nvmlDeviceGetTotalEccErrors);
     LOAD(nvmlDeviceGetSramEccErrorStatus);
+    LOAD(nvmlDeviceGetFieldValues);
+    LOAD(nvmlDeviceGetRepairStatus);
+    LOAD(nvmlDeviceGetUnrepairableMemoryFlag_v1);
+    LOAD(nvmlDeviceGetRowRemapperHistogram);
+    LOAD(nvmlDeviceGetCurrPcieLinkGeneration);
+    LOAD(nvmlDeviceGetMaxPcieLinkGeneration);
+    LOAD(nvmlDeviceGetCurrPcieLinkWidth);
+    LOAD(nvmlDeviceGetMaxPcieLinkWidth);
+    LOAD(nvmlDeviceGetPcieReplayCounter);
+    LOAD(nvmlDeviceGetCurrentClocksEventReasons);
+    LOAD(nvmlDeviceGetGpuFabricInfo);
+    LOAD(nvmlDeviceGetComputeRunningProcesses_v3);
+    LOAD(nvmlDeviceGetNvLinkState);
+    LOAD(nvmlDeviceGetNvLinkErrorCounter);
+    LOAD(kubegpu_fake_reset);
 #undef LOAD
 }
 
@@ -384,6 +416,9 @@ static void xml_mig_devices(nvmlDevice_t h, unsigned cur)
         printf("\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>\n");
 }
 
+static void xml_repair(nvmlDevice_t h);
+static void xml_histogram(nvmlDevice_t h);
+
 static const char *yes_no(unsigned v)
 {
     return v ? "Yes" : "No";
@@ -430,6 +465,7 @@ static void xml_health(nvmlDevice_t h)
     xml_open(2, "ecc_errors");
     xml_ecc_section(3, "volatile", h, 0, 0);
     xml_ecc_section(3, "aggregate", h, 1, 1);
+    xml_repair(h);
     xml_close(2, "ecc_errors");
     /* count only: a NULL buffer answers INSUFFICIENT_SIZE with the count, or SUCCESS for 0 */
     src = CALL(nvmlDeviceGetRetiredPages, h, 0, &sbe, NULL);
@@ -462,7 +498,147 @@ static void xml_health(nvmlDevice_t h)
     xml_uint(3, "remapped_row_unc", NVML_SUCCESS, unc, NULL);
     xml_text(3, "remapped_row_pending", yes_no(pending));
     xml_text(3, "remapped_row_failure", yes_no(failure));
+    xml_histogram(h);
     xml_close(2, "remapped_rows");
+}
+
+/* R570+ elements, in the shape of a real R580 document (tests/fixtures/real-gpu): */
+
+static const char *const RECOVERY_TEXT[] = { "None", "GPU Reset", "Node Reboot", "Drain P2P",
+                                             "Drain and Reset", "Recover IMEX Domain", "Bus Reset",
+                                             "System Reboot" };
+
+static void xml_recovery(nvmlDevice_t h)
+{
+    nvmlFieldValue_t v[3];
+    nvmlReturn_t rc;
+    memset(v, 0, sizeof(v));
+    v[0].fieldId = NVML_FI_DEV_RESET_STATUS;
+    v[1].fieldId = NVML_FI_DEV_DRAIN_AND_RESET_STATUS;
+    v[2].fieldId = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+    rc = CALL(nvmlDeviceGetFieldValues, h, 3, v);
+    if (rc)
+        return;
+    /* R580 leaves out the deprecated reset status; the R570 document prints it */
+    if (v[0].nvmlReturn != NVML_ERROR_DEPRECATED || v[1].nvmlReturn != NVML_ERROR_DEPRECATED) {
+        xml_open(2, "gpu_reset_status");
+        xml_text(3, "reset_required", v[0].nvmlReturn ? fail_text(v[0].nvmlReturn) : yes_no(v[0].value.uiVal));
+        xml_text(3, "drain_and_reset_recommended",
+                 v[1].nvmlReturn ? fail_text(v[1].nvmlReturn) : yes_no(v[1].value.uiVal));
+        xml_close(2, "gpu_reset_status");
+    }
+    xml_text(2, "gpu_recovery_action", v[2].nvmlReturn ? fail_text(v[2].nvmlReturn) :
+             v[2].value.uiVal < 8 ? RECOVERY_TEXT[v[2].value.uiVal] : "Unknown");
+}
+
+static void xml_repair(nvmlDevice_t h)
+{
+    nvmlRepairStatus_t st;
+    nvmlUnrepairableMemory_t um;
+    nvmlReturn_t rc, urc;
+    memset(&st, 0, sizeof(st));
+    st.version = nvmlRepairStatus_v1;
+    memset(&um, 0, sizeof(um));
+    um.version = nvmlUnrepairableMemory_v1;
+    rc = CALL(nvmlDeviceGetRepairStatus, h, &st);
+    urc = CALL(nvmlDeviceGetUnrepairableMemoryFlag_v1, h, &um);
+    xml_text(3, "channel_repair_pending", rc ? fail_text(rc) : yes_no(st.bChannelRepairPending));
+    xml_text(3, "tpc_repair_pending", rc ? fail_text(rc) : yes_no(st.bTpcRepairPending));
+    xml_text(3, "unrepairable_memory", urc ? fail_text(urc) : yes_no(um.unrepairableMemory));
+}
+
+static void xml_histogram(nvmlDevice_t h)
+{
+    nvmlRowRemapperHistogramValues_t v;
+    nvmlReturn_t rc;
+    memset(&v, 0, sizeof(v));
+    if ((rc = CALL(nvmlDeviceGetRowRemapperHistogram, h, &v)))
+        return;
+    xml_open(3, "row_remapper_histogram");
+    xml_uint(4, "row_remapper_histogram_max", rc, v.max, " bank(s)");
+    xml_uint(4, "row_remapper_histogram_high", rc, v.high, " bank(s)");
+    xml_uint(4, "row_remapper_histogram_partial", rc, v.partial, " bank(s)");
+    xml_uint(4, "row_remapper_histogram_low", rc, v.low, " bank(s)");
+    xml_uint(4, "row_remapper_histogram_none", rc, v.none, " bank(s)");
+    xml_close(3, "row_remapper_histogram");
+}
+
+static void xml_pcie(nvmlDevice_t h)
+{
+    unsigned gen = 0, mgen = 0, width = 0, mwidth = 0, replay = 0;
+    nvmlReturn_t grc = CALL(nvmlDeviceGetCurrPcieLinkGeneration, h, &gen);
+    nvmlReturn_t mgrc = CALL(nvmlDeviceGetMaxPcieLinkGeneration, h, &mgen);
+    nvmlReturn_t wrc = CALL(nvmlDeviceGetCurrPcieLinkWidth, h, &width);
+    nvmlReturn_t mwrc = CALL(nvmlDeviceGetMaxPcieLinkWidth, h, &mwidth);
+    nvmlReturn_t rrc = CALL(nvmlDeviceGetPcieReplayCounter, h, &replay);
+    nvmlFieldValue_t v;
+    memset(&v, 0, sizeof(v));
+    v.fieldId = NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER;
+    if (CALL(nvmlDeviceGetFieldValues, h, 1, &v))
+        v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    xml_open(3, "pci_gpu_link_info");
+    xml_open(4, "pcie_gen");
+    xml_uint(5, "max_link_gen", mgrc, mgen, NULL);
+    xml_uint(5, "current_link_gen", grc, gen, NULL);
+    xml_close(4, "pcie_gen");
+    xml_open(4, "link_widths");
+    xml_uint(5, "max_link_width", mwrc, mwidth, "x");
+    xml_uint(5, "current_link_width", wrc, width, "x");
+    xml_close(4, "link_widths");
+    xml_close(3, "pci_gpu_link_info");
+    xml_uint(3, "replay_counter", rrc, replay, NULL);
+    xml_uint(3, "replay_rollover_counter", v.nvmlReturn, v.value.uiVal, NULL);
+}
+
+static const char *const CLOCK_NAMES[] = {
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+    "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting" };
+
+static void xml_clocks(nvmlDevice_t h)
+{
+    unsigned long long reasons = 0;
+    char tag[80];
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCurrentClocksEventReasons, h, &reasons);
+    xml_open(2, "clocks_event_reasons");
+    for (unsigned i = 0; i < 9; i++) {
+        snprintf(tag, sizeof(tag), "clocks_event_reason_%s", CLOCK_NAMES[i]);
+        xml_text(3, tag, rc ? fail_text(rc) : (reasons >> i) & 1 ? "Active" : "Not Active");
+    }
+    xml_close(2, "clocks_event_reasons");
+}
+
+static void xml_fabric(nvmlDevice_t h)
+{
+    static const char *const STATES[] = { "N/A", "Not Started", "In Progress", "Completed" };
+    nvmlGpuFabricInfo_t info;
+    nvmlReturn_t rc;
+    memset(&info, 0, sizeof(info));
+    rc = CALL(nvmlDeviceGetGpuFabricInfo, h, &info);
+    xml_open(2, "fabric");
+    xml_text(3, "state", rc || info.state > 3 ? "N/A" : STATES[info.state]);
+    xml_text(3, "status", rc ? "N/A" : info.status ? errstr(info.status) : "Success");
+    xml_close(2, "fabric");
+}
+
+static void xml_processes(nvmlDevice_t h)
+{
+    nvmlProcessInfo_t procs[16];
+    unsigned n = 16;
+    char buf[32];
+    nvmlReturn_t rc = CALL(nvmlDeviceGetComputeRunningProcesses_v3, h, &n, procs);
+    xml_open(2, "processes");
+    for (unsigned k = 0; !rc && k < n; k++) {
+        xml_open(3, "process_info");
+        xml_text(4, "gpu_instance_id", "N/A");
+        xml_text(4, "compute_instance_id", "N/A");
+        snprintf(buf, sizeof(buf), "%u", procs[k].pid);
+        xml_text(4, "pid", buf);
+        xml_text(4, "type", "C");
+        xml_text(4, "process_name", "python3");
+        xml_uint(4, "used_memory", NVML_SUCCESS, procs[k].usedGpuMemory >> 20, " MiB");
+        xml_close(3, "process_info");
+    }
+    xml_close(2, "processes");
 }
 
 static void xml_gpu(unsigned i)
@@ -505,6 +681,7 @@ static void xml_gpu(unsigned i)
     xml_text(3, "current_dm", "N/A");
     xml_text(3, "pending_dm", "N/A");
     xml_close(2, "driver_model");
+    xml_recovery(g.h);
     rc = CALL(nvmlDeviceGetSerial, g.h, serial, sizeof(serial));
     xml_text(2, "serial", rc ? fail_text(rc) : serial);
     xml_text(2, "uuid", g.uuid);
@@ -530,10 +707,14 @@ static void xml_gpu(unsigned i)
     xml_text(3, "pci_bus_id", prc ? fail_text(prc) : pci.busId);
     snprintf(buf, sizeof(buf), "%08X", pci.pciSubSystemId);
     xml_text(3, "pci_sub_system_id", prc ? fail_text(prc) : buf);
+    xml_pcie(g.h);
     xml_close(2, "pci");
+    xml_clocks(g.h);
     xml_memory(2, "fb_memory_usage", g.h);
     xml_text(2, "compute_mode", "Default");
     xml_health(g.h);
+    xml_fabric(g.h);
+    xml_processes(g.h);
     xml_close(1, "gpu");
 }
 
@@ -702,16 +883,141 @@ static void usage(FILE *f)
                "    -L,  --list-gpus      Display a list of GPUs connected to the system.\n"
                "    -q,  --query          Display GPU or Unit info.\n"
                "    -x,  --xml-format     Produce XML output (with -q).\n"
+               "    -r,  --gpu-reset      Reset the GPUs named by -i (all without -i).\n"
+               "    -i,  --id=            Target GPUs: indices, PCI bus ids or UUIDs, comma-separated.\n"
+               "    nvlink -s | -e        NVLink status / error counters.\n"
                "         --version        Print version information.\n"
                "    -h,  --help           Print usage information and exit.\n");
 }
 
+/* nvidia-smi nvlink -s / -e: per GPU, "\t Link N: <state>" and "\t Link N: Replay Errors: n"... */
+static const char *const NVLINK_COUNTER_TEXT[] = { "Replay Errors", "Recovery Errors", "CRC Flit Errors",
+                                                   "CRC Data Errors", "ECC Data Errors" };
+
+static int nvlink_cmd(int errors)
+{
+    unsigned count = 0;
+    nvmlReturn_t rc = CALL(nvmlDeviceGetCount_v2, &count);
+    if (rc) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu g;
+        get_gpu(i, &g);
+        if (g.hrc) {
+            handle_error(i, g.hrc);
+            continue;
+        }
+        printf("GPU %u: %s (UUID: %s)\n", i, g.name, g.uuid);
+        for (unsigned link = 0; link < 64; link++) {
+            unsigned active = 0;
+            rc = CALL(nvmlDeviceGetNvLinkState, g.h, link, &active);
+            if (rc)
+                break;  /* NOT_SUPPORTED on link 0: no NVLink; INVALID_ARGUMENT: past the last */
+            if (!errors) {
+                printf("\t Link %u: %s\n", link, active ? "26.562 GB/s" : "<inactive>");
+                continue;
+            }
+            if (!active)
+                continue;
+            for (int c = 0; c < 5; c++) {
+                unsigned long long v = 0;
+                if (CALL(nvmlDeviceGetNvLinkErrorCounter, g.h, link, c, &v) == NVML_SUCCESS)
+                    printf("\t Link %u: %s: %llu\n", link, NVLINK_COUNTER_TEXT[c], v);
+            }
+        }
+    }
+    return exit_code;
+}
+
+/* nvidia-smi -r [-i id[,id...]]: ids are indices or bus ids; without -i every GPU. */
+static int reset_cmd(const char *ids)
+{
+    char buses[1024] = "", msg[512] = "", tmp[256];
+    unsigned count = 0;
+    nvmlReturn_t rc;
+    if (geteuid() != 0 && !getenv("KUBEGPU_FAKE_NVML_ALLOW_USER_RESET")) {
+        printf("Unable to reset GPU: Insufficient Permissions\n");
+        return NVML_ERROR_NO_PERMISSION;
+    }
+    if ((rc = CALL(nvmlDeviceGetCount_v2, &count))) {
+        printf("Failed to get GPU count: %s\n", errstr(rc));
+        return rc;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        struct gpu g;
+        nvmlPciInfo_t pci;
+        int wanted = ids == NULL;
+        get_gpu(i, &g);
+        if (g.hrc)
+            continue;
+        memset(&pci, 0, sizeof(pci));
+        if (CALL(nvmlDeviceGetPciInfo_v3, g.h, &pci))
+            continue;
+        if (ids) {
+            char list[1024], *save = NULL;
+            snprintf(list, sizeof(list), "%s", ids);
+            for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                char idx[16];
+                snprintf(idx, sizeof(idx), "%u", i);
+                if (!strcasecmp(tok, idx) || !strcasecmp(tok, pci.busId) || !strcasecmp(tok, g.uuid) ||
+                    (strlen(tok) < strlen(pci.busId) && !strcasecmp(tok, pci.busId + strlen(pci.busId) - strlen(tok))))
+                    wanted = 1;
+            }
+        }
+        if (!wanted)
+            continue;
+        snprintf(tmp, sizeof(tmp), "%s%s", buses[0] ? "," : "", pci.busId);
+        strncat(buses, tmp, sizeof(buses) - strlen(buses) - 1);
+    }
+    if (!buses[0]) {
+        printf("No devices were found\n");
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (!p_kubegpu_fake_reset) {
+        printf("Resetting GPUs is not supported by this libnvidia-ml\n");
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    rc = p_kubegpu_fake_reset(buses, msg, sizeof(msg));
+    if (rc) {
+        printf("%s\n", msg);
+        if (rc == NVML_ERROR_IN_USE)
+            printf("\n1 device is currently being used by one or more other processes (e.g., Fabric Manager, "
+                   "CUDA application, graphics application such as an X server, or a monitoring application "
+                   "such as another instance of nvidia-smi). Please first kill all processes using this "
+                   "device and all compute applications running in the system.\n");
+        return rc;
+    }
+    {
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof(list), "%s", buses);
+        for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            printf("GPU %s was successfully reset.\n", tok);
+    }
+    printf("All done.\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int list = 0, query = 0, xml = 0, version = 0, rc;
+    int list = 0, query = 0, xml = 0, version = 0, rc, nvlink = 0, nvlink_errors = 0, reset = 0;
+    const char *ids = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus"))
+        if (!strcmp(a, "nvlink") && i == 1)
+            nvlink = 1;
+        else if (nvlink && (!strcmp(a, "-e") || !strcmp(a, "--errorcounters")))
+            nvlink_errors = 1;
+        else if (nvlink && (!strcmp(a, "-s") || !strcmp(a, "--status")))
+            nvlink_errors = 0;
+        else if (!strcmp(a, "-r") || !strcmp(a, "--gpu-reset"))
+            reset = 1;
+        else if ((!strcmp(a, "-i") || !strcmp(a, "--id")) && i + 1 < argc)
+            ids = argv[++i];
+        else if (!strncmp(a, "--id=", 5))
+            ids = a + 5;
+        else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus"))
             list = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--query"))
             query = 1;
@@ -735,7 +1041,11 @@ int main(int argc, char **argv)
     }
     if ((rc = start()) != 0)
         return exit_status(rc);
-    if (version)
+    if (nvlink)
+        rc = nvlink_cmd(nvlink_errors);
+    else if (reset)
+        rc = reset_cmd(ids);
+    else if (version)
         rc = version_info();
     else if (list)
         rc = list_gpus();

@@ -125,4 +125,65 @@ typedef struct {
 
 #define nvmlEccSramErrorStatus_v1 ((unsigned int)(sizeof(nvmlEccSramErrorStatus_t) | (1 << 24)))
 
+/* nvmlDeviceGetFieldValues (layout of nvidia-ml-py's c_nvmlFieldValue_t) */
+#define NVML_FI_DEV_PCIE_REPLAY_COUNTER           94
+#define NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER  95
+#define NVML_FI_DEV_RESET_STATUS                  226
+#define NVML_FI_DEV_DRAIN_AND_RESET_STATUS        227
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION       230
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    unsigned int nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int bChannelRepairPending;
+    unsigned int bTpcRepairPending;
+} nvmlRepairStatus_t;
+#define nvmlRepairStatus_v1 ((unsigned int)(sizeof(nvmlRepairStatus_t) | (1 << 24)))
+
+typedef struct {
+    unsigned int version;
+    unsigned int unrepairableMemory;
+} nvmlUnrepairableMemory_t;
+#define nvmlUnrepairableMemory_v1 ((unsigned int)(sizeof(nvmlUnrepairableMemory_t) | (1 << 24)))
+
+typedef struct {
+    unsigned int max, high, partial, low, none;
+} nvmlRowRemapperHistogramValues_t;
+
+/* nvmlDeviceGetGpuFabricInfo (c_nvmlGpuFabricInfo_t) */
+typedef struct {
+    unsigned char clusterUuid[16];
+    unsigned int status;
+    unsigned int cliqueId;
+    unsigned int state;
+} nvmlGpuFabricInfo_t;
+
+/* nvmlProcessInfo_t as nvmlDeviceGetComputeRunningProcesses_v3 fills it */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
 #endif

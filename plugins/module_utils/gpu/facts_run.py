@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
 from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
@@ -17,12 +19,34 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
     pynvml_available,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, scan_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import verdict as health_verdict
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, listed_bus_ids, scan_pci
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.xid import xid_report
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 # Options of the hardware part and their defaults (audit_node passes the same names).
 HARDWARE_DEFAULTS = {"sys_path": "/sys", "xid": True, "xid_timeout": 10.0, "kmsg_path": "/dev/kmsg"}
+
+
+def read_uptime(proc_path="/proc"):
+    """Seconds since boot from ``<proc>/uptime`` (its first field), None when unreadable."""
+    text, _err = safe_io.try_read_text(os.path.join(proc_path, "uptime"), limit=256)
+    field = (text or "").split(" ", 1)[0].strip()
+    whole, _dot, frac = field.partition(".")
+    if not safe_io.is_ascii_digits(whole) or len(whole) > 12 or (frac and not safe_io.is_ascii_digits(frac)):
+        return None
+    return float(field)
+
+
+def judge_gpus(facts, uptime_s=None):
+    """Each GPU's health verdict, computed here for both backends alike (the NVML child and the
+    nvidia-smi parser only collect): with the node's uptime (PCIe replay rate) and MIG mode."""
+    for gpu in facts.get("gpus") or []:
+        if isinstance(gpu.get("health"), dict):
+            gpu["health_verdict"] = health_verdict(
+                gpu["health"], uptime_s=uptime_s,
+                mig_enabled=(gpu.get("mig_mode") or {}).get("current") == "enabled")
+    return facts
 
 
 def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path="/dev/kmsg"):
@@ -50,7 +74,7 @@ def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path
     # about which GPUs the driver can open.
     answered = facts.get("source") in ("nvml", "nvidia_smi")
     presence = compare_gpus(pci["gpus"] if (pci["available"] and answered) else None,
-                            [g.get("pci_bus_id") for g in gpus if g.get("pci_bus_id")],
+                            listed_bus_ids(gpus),
                             mig_gpus=0, xid_gpus=(facts["xid"] or {}).get("gpus"))
     presence["compared"] = bool(pci["available"] and answered)
     for warning in facts.get("warnings") or []:
@@ -74,6 +98,8 @@ def gpu_facts_run(params, warn):
         raise ProbeFailed(str(e))
     hw = dict((k, params.get(k, v) if params.get(k) is not None else v)
               for k, v in HARDWARE_DEFAULTS.items())
+    facts["uptime_s"] = read_uptime(params["proc_path"])
+    judge_gpus(facts, facts["uptime_s"])
     hardware_facts(facts, **hw)
     probe = facts["probe"]
     if probe["status"] in ("hung", "error"):

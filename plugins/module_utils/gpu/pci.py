@@ -136,6 +136,23 @@ def scan_pci(sys_path="/sys"):
     return out
 
 
+def listed_bus_ids(gpus):
+    """Bus ids of the GPUs the driver lists *and can open*: a GPU whose handle could not be
+    opened is not in service, whichever backend saw it (nvidia-smi names its bus id in
+    "Unable to determine the device handle for GPU0000:08:00.0: Unknown Error", NVML's
+    nvmlDeviceGetHandleByIndex gives none), so both backends count it missing alike."""
+    out = []
+    for gpu in gpus or ():
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("pci_bus_id"), str):
+            continue
+        errors = gpu.get("errors") if isinstance(gpu.get("errors"), list) else []
+        if gpu.get("uuid") is None and any(isinstance(e, dict) and e.get("function") == "nvmlDeviceGetHandleByIndex"
+                                           for e in errors):
+            continue
+        out.append(gpu["pci_bus_id"])
+    return out
+
+
 # Drivers that take a GPU away from the NVIDIA driver on purpose (passthrough to a VM).
 PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
 

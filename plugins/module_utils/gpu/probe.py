@@ -35,8 +35,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import (
     verdict as health_verdict,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.smi import (
-    NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_smi_list,
-    parse_smi_xml, smi_error)
+    NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_nvlink,
+    parse_smi_list, parse_smi_xml, smi_error)
 
 REAP_GRACE = 0.5  # seconds to wait for a SIGKILLed child before leaving it behind
 _READ_CHUNK = 65536
@@ -531,7 +531,8 @@ def smi_probe(emit, smi_path, env=None, timeout=None):
         except (safe_io.UnsafeInput, OSError) as e:
             errors.append({"function": "nvidia-smi -L", "code": None, "message": str(e)})
     gpus = merge_smi(facts, listing, handle_errors)
-    warnings = _attach_smi_health(out, gpus)
+    nvlink, nvlink_error = _smi_nvlink(emit, smi_path, env, timeout)
+    warnings = _attach_smi_health(out, gpus, nvlink, nvlink_error)
     for gpu in gpus:
         for e in gpu["errors"]:
             e["gpu"] = gpu["index"]
@@ -544,9 +545,26 @@ def smi_probe(emit, smi_path, env=None, timeout=None):
             "gpus": gpus, "errors": per_gpu + errors, "warnings": warnings}
 
 
-def _attach_smi_health(xml_text, gpus):
-    """Per-GPU ``health``/``health_verdict`` from the same ``-q -x`` document (matched by
-    UUID, then bus id); returns the document's problems (attached_gpus vs <gpu> elements)."""
+def _smi_nvlink(emit, smi_path, env, timeout):
+    """``({uuid: nvlink}, error or None)`` from ``nvidia-smi nvlink -s`` and ``-e``. A GPU the
+    tool cannot open makes it exit non-zero after printing the others: what it printed is kept
+    and the failure is the error."""
+    texts, error = [], None
+    for flag in ("-s", "-e"):
+        try:
+            rc, out, err = _run_smi(emit, smi_path, ["nvlink", flag], env, timeout)
+        except (safe_io.UnsafeInput, OSError) as e:
+            return {}, "nvidia-smi nvlink %s: %s" % (flag, e)
+        if rc != 0 and error is None:
+            error = "nvidia-smi nvlink %s: %s" % (flag, smi_error(rc, err or out)["message"])
+        texts.append(out)
+    return parse_nvlink(texts[0], texts[1]), error
+
+
+def _attach_smi_health(xml_text, gpus, nvlink=None, nvlink_error=None):
+    """Per-GPU ``health`` from the same ``-q -x`` document (matched by UUID, then bus id) and
+    NVLink state and counters from ``nvidia-smi nvlink``; returns the document's problems
+    (attached_gpus vs <gpu> elements). The verdict is gpu_facts' (facts_run.judge_gpus)."""
     try:
         doc = parse_health_xml(xml_text)
     except HealthParseError as e:
@@ -557,7 +575,12 @@ def _attach_smi_health(xml_text, gpus):
         h = by_uuid.get(gpu.get("uuid")) or by_bus.get(gpu.get("pci_bus_id"))
         if h is None:
             continue
-        health = dict((k, h[k]) for k in ("remapped_rows", "retired_pages", "ecc", "nvlink", "errors"))
+        health = dict((k, h[k]) for k in ("remapped_rows", "retired_pages", "ecc", "errors", "recovery",
+                                          "repair", "pcie", "clocks_event_reasons", "fabric"))
+        health["errors"] = dict(health["errors"])
+        health["nvlink"] = (nvlink or {}).get(gpu.get("uuid"))
+        if nvlink_error and gpu.get("uuid") not in (nvlink or {}):
+            health["errors"]["nvlink"] = nvlink_error
         gpu["health"] = health
         gpu["health_verdict"] = health_verdict(health)
     return list(doc["problems"])

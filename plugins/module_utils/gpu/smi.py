@@ -65,6 +65,17 @@ _LIST_GPU_RE = re.compile(r"^GPU (\d+): (.*) \(UUID: ([^)\s]+)\)\s*$")
 _LIST_MIG_RE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID: ([^)\s]+)\)\s*$")
 _HANDLE_ERR_RE = re.compile(r"Unable to determine the device handle for (?:GPU|gpu)\s?([0-9A-Fa-f:.]+): (.*)$")
 _MIB_RE = re.compile(r"^\s*(\d+)\s*MiB\s*$")
+_NVLINK_GPU_RE = re.compile(r"^GPU (\d+): .*\(UUID: ([^)\s]+)\)\s*$")
+_NVLINK_LINK_RE = re.compile(r"^\s+Link (\d{1,2}): (.*?)\s*$")
+_NVLINK_COUNTER_RE = re.compile(r"^([A-Za-z ]+ Errors): (\d{1,20})$")
+# nvidia-smi nvlink -e counter names -> NVML's nvmlNvLinkErrorCounter_t names (health.py);
+# Hopper and later print one "CRC Errors" counter instead of flit/data.
+NVLINK_COUNTER_NAMES = {"Replay Errors": "replay", "Recovery Errors": "recovery",
+                        "CRC Flit Errors": "crc_flit", "CRC Data Errors": "crc_data",
+                        "ECC Data Errors": "ecc_data", "CRC Errors": "crc"}
+
+
+MAX_NVLINK_LINES = 32 * 64 * 8  # 32 GPUs x 64 links x counters: far above any node
 
 
 class SmiParseError(ValueError):
@@ -208,6 +219,49 @@ def parse_handle_errors(text):
             out.append({"gpu": int(ident), "pci_bus_id": None, "message": msg})
         else:
             out.append({"gpu": None, "pci_bus_id": ident, "message": msg})
+    return out
+
+
+def parse_nvlink(status_text, errors_text):
+    """``nvidia-smi nvlink -s`` and ``nvidia-smi nvlink -e`` -> ``{gpu uuid: nvlink}`` in the
+    shape of health.nvml_health's ``nvlink`` (``{"links", "active", "totals", "by_link"}``; a
+    GPU that lists no link has None). Link states: a rate is active, ``<inactive>`` is not."""
+    out = {}
+    uuid = None
+    for line in (status_text or "").splitlines()[:MAX_NVLINK_LINES]:
+        m = _NVLINK_GPU_RE.match(line)
+        if m:
+            uuid = m.group(2)
+            out[uuid] = None
+            continue
+        m = _NVLINK_LINK_RE.match(line)
+        if m and uuid is not None:
+            nv = out[uuid]
+            if nv is None:
+                nv = out[uuid] = {"links": 0, "active": 0,
+                                  "totals": dict((k, 0) for k in ("replay", "recovery", "crc_flit",
+                                                                  "crc_data", "ecc_data")),
+                                  "by_link": {}}
+            nv["links"] += 1
+            if "inactive" not in m.group(2).lower():
+                nv["active"] += 1
+    uuid = None
+    for line in (errors_text or "").splitlines()[:MAX_NVLINK_LINES]:
+        m = _NVLINK_GPU_RE.match(line)
+        if m:
+            uuid = m.group(2)
+            continue
+        m = _NVLINK_LINK_RE.match(line)
+        if not m or uuid is None or out.get(uuid) is None:
+            continue
+        c = _NVLINK_COUNTER_RE.match(m.group(2))
+        if not c or c.group(1) not in NVLINK_COUNTER_NAMES:
+            continue
+        name, value = NVLINK_COUNTER_NAMES[c.group(1)], int(c.group(2))
+        nv = out[uuid]
+        nv["totals"][name] = nv["totals"].get(name, 0) + value
+        if value:
+            nv["by_link"].setdefault(m.group(1), {})[name] = value
     return out
 
 

@@ -31,7 +31,7 @@ def test_r470_old_layout_page_retirement_pending():
     g = doc["gpus"][0]
     assert g["bus_id"] == "00000000:3B:00.0"
     assert g["remapped_rows"] == {"supported": False, "correctable": None, "uncorrectable": None,
-                                  "pending": None, "failure": None}
+                                  "pending": None, "failure": None, "histogram": None}
     assert g["retired_pages"] == {"supported": True, "multiple_single_bit": 1, "double_bit": 2,
                                   "pending": True}
     vol, agg = g["ecc"]["volatile"], g["ecc"]["aggregate"]
@@ -51,7 +51,8 @@ def test_r535_dram_sram_layout_one_gpu_remap_pending_one_healthy():
     assert doc["attached_gpus"] == 2 and doc["gpu_elements"] == 2 and doc["problems"] == []
     bad, good = doc["gpus"]
     assert bad["remapped_rows"] == {"supported": True, "correctable": 0, "uncorrectable": 1,
-                                    "pending": True, "failure": False}
+                                    "pending": True, "failure": False,
+                                    "histogram": {"max": 640, "high": 0, "partial": 0, "low": 0, "none": 0}}
     assert bad["retired_pages"]["supported"] is False  # N/A on Ampere: row remapping instead
     assert bad["ecc"]["volatile"]["layout"] == "dram/sram"
     assert bad["ecc"]["volatile"]["dram_uncorrectable"] == 1
@@ -62,7 +63,8 @@ def test_r535_dram_sram_layout_one_gpu_remap_pending_one_healthy():
     assert vg == {"reset_required": False, "rma": False,
                   "ecc_uncorrectable": {"volatile": 0, "aggregate": 0, "scope": None},
                   "nvlink_errors": None,
-                  "reasons": [], "findings": []}
+                  "recovery": {"driver_action": None, "source": None, "action": None, "raw": None},
+                  "pcie": None, "reasons": [], "findings": [], "details": {}}
 
 
 def test_r550_attached_four_describes_one():
@@ -162,7 +164,8 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
     g0, g1, g2, g3, g4 = _nvml_health_child(driver.library)
 
     assert g0["remapped_rows"] == {"supported": True, "correctable": 2, "uncorrectable": 1,
-                                   "pending": True, "failure": False}
+                                   "pending": True, "failure": False,
+                                   "histogram": {"max": 2560, "high": 0, "partial": 0, "low": 0, "none": 0}}
     assert g0["retired_pages"] == {"supported": True, "multiple_single_bit": 0, "double_bit": 3,
                                    "pending": True}
     assert g0["ecc"]["volatile"]["uncorrectable"] == 1
@@ -174,7 +177,9 @@ def test_nvml_health_through_real_pynvml(driver, scenario):
     assert g0["nvlink"]["by_link"] == {"1": {"replay": 7, "crc_flit": 2}}  # inactive link 2 unread
     assert g0["errors"] == {}
     v0 = gpu_health.verdict(g0)
-    assert v0["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable"]
+    # link 2 inactive while links 0-1 are up: an NVLink down (DCGM: FAIL outside MIG mode)
+    assert v0["findings"] == ["gpu.reset_required", "gpu.ecc_uncorrectable", "gpu.nvlink"]
+    assert gpu_health.verdict(g0, mig_enabled=True)["details"]["gpu.nvlink"] == ["9 NVLink errors (crc_flit 2, replay 7)"]
     assert v0["nvlink_errors"] == 9
 
     assert g0["ecc"]["volatile"]["dram_uncorrectable"] == 1
@@ -232,7 +237,7 @@ def test_nvml_health_with_a_pynvml_that_lacks_the_wrappers(driver, scenario):
     assert out.status == "ok" and out.value["ok"], out.__dict__
     h = out.value["value"]
     assert h["errors"] == {"remapped_rows": "not supported", "sram_ecc_status": "not supported",
-                           "nvlink": "not supported"}
+                           "nvlink": "not supported"}, h["errors"]
     assert h["remapped_rows"]["supported"] is False and h["nvlink"] is None
     assert h["ecc"]["volatile"]["uncorrectable"] == 0
 

@@ -117,7 +117,7 @@ def test_hostile_numbers_and_nesting_never_raise():
     (64, "reset_gpu", "RESET_GPU"), (74, "investigate", "WORKFLOW_NVLINK_ERR"),
     (79, "reboot", "RESTART_BM"), (92, "ignore", "IGNORE"), (94, "restart_app", "RESTART_APP"),
     (95, "reset_gpu", "RESET_GPU"), (119, "reset_gpu", "RESET_GPU"), (120, "reset_gpu", "RESET_GPU"),
-    (999, "investigate", None),
+    (999, "unknown", None),
 ])
 def test_catalog_classification(xid, action, bucket):
     cls = gpu_xid.classify(xid)
@@ -128,7 +128,7 @@ def test_xid_154_follows_the_recovery_action_it_names():
     assert gpu_xid.classify(154, R570_154.split(", ", 1)[1])["action"] == "reboot"
     assert gpu_xid.classify(154, "GPU recovery action changed from 0x0 (None) to 0x1 "
                                  "(GPU Reset Required)")["action"] == "reset_gpu"
-    assert gpu_xid.classify(154, "something else")["action"] == "investigate"
+    assert gpu_xid.classify(154, "something else")["action"] == "unknown"
 
 
 def test_aggregate_per_gpu_counts_last_message_worst_action():
@@ -141,7 +141,7 @@ def test_aggregate_per_gpu_counts_last_message_worst_action():
     assert g18["action"] == "reset_gpu" and g18["action_xids"] == [119]
     assert g18["classes"]["94"]["bucket"] == "RESTART_APP"
     assert per_gpu["0000:c6:00.0"]["action"] == "reboot"
-    assert per_gpu["0000:03:00.0"]["action"] == "investigate"  # 14 is not in the table
+    assert per_gpu["0000:03:00.0"]["action"] == "ignore"  # 14: ROBUST_CHANNEL_FAKE_ERROR, IGNORE
     assert gpu_xid.worst_action(per_gpu) == "reboot"
     assert gpu_xid.worst_action({}) == "none"
 

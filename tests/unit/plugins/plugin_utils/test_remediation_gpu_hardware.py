@@ -17,26 +17,33 @@ def _audit(nv, **kw):
     return {"node": "n", "status": "audited", "findings": fd.evaluate_node({"nvidia": nv}, **kw)}
 
 
-def test_pending_row_remap_drains_and_reboots_with_the_gpu_reason(tmp_path):
+def test_pending_row_remap_drains_and_resets_the_gpu_not_the_node(tmp_path):
     audit = _audit(_nvidia(tmp_path, [0, 1, 2], health={1: _health(pending=True, vol=1)}))
     plan = plan_node(audit)
-    assert plan["fix"] is True and plan["drain"] is True and plan["reboot"] is True
+    assert plan["fix"] is True and plan["drain"] is True and plan["reboot"] is False
     assert plan["findings"] == ["gpu.reset_required"] and plan["roles"] == {}
     assert plan["manual"] == ["gpu.ecc_uncorrectable"] and plan["cordon"] is False
-    assert plan["reboot_reasons"] == [
-        "GPU 1 (00000000:28:00.0): row remapping pending: the spare row takes effect at the next "
-        "GPU reset; 1 uncorrectable ECC errors since the last driver load (volatile)"]
-    # The reasons join rolling_reboot's decision as the remediate play records them.
+    assert plan["gpu_reset"] == ["0000:28:00.0"]
+    assert plan["gpu_reset_reasons"] == [
+        "gpu.reset_required 00000000:28:00.0: row remapping pending: the spare row takes effect at the next "
+        "GPU reset"]
+    assert plan["reason"].startswith("drain; reset GPU 0000:28:00.0 (reboot if refused or failed)")
+    # A reboot planned anyway (a driver version mismatch) resets every GPU: no separate reset,
+    # the GPU reasons join the reboot's.
+    audit["findings"].append({"id": "driver.version_mismatch", "evidence": {}})
+    plan = plan_node(audit)
+    assert plan["reboot"] is True and plan["gpu_reset"] == []
+    assert plan["reboot_reasons"][0].startswith("GPU 1 (00000000:28:00.0): row remapping pending")
     need = reboot_need.decide(mode="needed", required=True,
                               required_reasons=["audit: " + ", ".join(plan["findings"])] + plan["reboot_reasons"],
                               check_kernel=False, check_driver=False)
     assert need["reboot"] is True and need["reasons"][1].startswith("GPU 1 (00000000:28:00.0): row remapping")
 
 
-def test_reset_xid_reboots_application_xid_is_only_noted(tmp_path):
+def test_reset_xid_resets_the_gpu_application_xid_is_only_noted(tmp_path):
     plan = plan_node(_audit(_nvidia(tmp_path, [0, 1, 2], log=[XID_13, XID_48])))
-    assert plan["reboot"] is True and plan["drain"] is True and plan["findings"] == ["gpu.xid"]
-    assert plan["reboot_reasons"] == ["GPU 0000:28:00.0: Xid 48 since boot (NVIDIA: reset the GPU)"]
+    assert plan["reboot"] is False and plan["drain"] is True and plan["findings"] == ["gpu.xid"]
+    assert plan["gpu_reset"] == ["0000:28:00.0"] and plan["gpu_reset_reasons"] == ["gpu.xid 0000:28:00.0: Xid 48"]
     plan = plan_node(_audit(_nvidia(tmp_path / "b", [0, 1, 2], log=[XID_13])))
     assert plan["fix"] is False and plan["noted"] == ["gpu.xid"] and plan["manual"] == []
     assert plan["reason"] == "nothing to fix"
