@@ -102,6 +102,13 @@ options:
         blocking). Empty skips it.
     type: path
     default: /dev/kmsg
+  reset_state_path:
+    description:
+      - The record M(kubegpu.fleet.gpu_reset) keeps of the GPU resets of this boot. Xid events a
+        GPU logged before its reset call for nothing (the reset cleared them); they are counted
+        in C(before_reset). A record of another boot is ignored.
+    type: path
+    default: /var/lib/kubegpu/gpu-reset.json
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

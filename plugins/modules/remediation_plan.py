@@ -96,7 +96,19 @@ plan:
       type: list
       elements: str
     reboot_reasons:
-      description: The GPU reasons for the reboot (pending row remap, reset/reboot Xids), one line per GPU.
+      description: The GPU reasons for the reboot (reboot Xids and driver verdicts; the GPU findings of a reboot planned anyway), one line per GPU.
+      type: list
+      elements: str
+    gpu_reset:
+      description:
+        - Bus ids of the GPUs the drained node resets (M(kubegpu.fleet.gpu_reset)) instead of
+          rebooting - a pending row remap, page retirement or repair, an Xid NVIDIA resets the GPU
+          for, the driver asking for a reset. A refused or failed reset falls back to the reboot.
+          Empty when a reboot is planned anyway (it resets every GPU).
+      type: list
+      elements: str
+    gpu_reset_reasons:
+      description: Why each GPU is reset, one line per finding and GPU.
       type: list
       elements: str
     status:

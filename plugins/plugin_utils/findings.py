@@ -440,8 +440,8 @@ def _driver_verdicts(nv):
 
 def _xid_events(xid, nv=None):
     per_gpu = _d(xid.get("gpus"))
-    if not per_gpu:
-        return []
+    if not any(_num(_d(g).get("total")) for g in per_gpu.values()):
+        return []  # none, or only events a GPU reset of this boot cleared (before_reset)
     verdicts = _driver_verdicts(nv)
     gpus = []
     node_action = "none"

@@ -238,3 +238,31 @@ def test_smi_document_describing_fewer_gpus_than_attached_is_reported(ansible, n
     assert "nvidia-smi reports 2 attached GPUs but describes 1" in f["presence"]["problems"]
     assert f["presence"]["ok"] is False
     assert any("describes 1" in w for w in res.get("warnings") or []), res.get("warnings")
+
+
+def test_gpu_reset_module_resets_a_pending_remap_and_gpu_facts_sees_it_cleared(ansible, node, tmp_path):
+    """kubegpu.fleet.gpu_reset through ansible-playbook: check mode resets nothing, the reset
+    validates, and gpu_facts (reading the reset record) no longer finds the remap pending."""
+    _three_gpu_node(node)
+    env = dict(node.env, KUBEGPU_FAKE_NVML_ALLOW_USER_RESET="1")
+    state = str(tmp_path / "state" / "gpu-reset.json")
+    rnd = os.path.join(node.proc, "sys", "kernel", "random")
+    os.makedirs(rnd)
+    with open(os.path.join(rnd, "boot_id"), "w") as f:
+        f.write("6b756265-6770-7573-0000-000000000002\n")
+    args = {"bus_ids": ["00000000:28:00.0"], "driver_root": node.root, "proc_path": node.proc,
+            "dev_path": node.dev, "sys_path": node.sys, "state_path": state}
+    dry = ansible.module("gpu_reset", args, check=True, env=env)
+    assert dry["_rc"] == 0 and dry["changed"] is True and dry["reset"] == ["0000:28:00.0"], dry
+    assert not os.path.exists(state)
+    res = ansible.module("gpu_reset", args, env=env)
+    assert res["_rc"] == 0 and res["changed"] is True, res
+    assert res["reset_error"] is None and not res.get("failed"), res
+    assert res["fallback"] is None and res["validation"] == [] and os.path.exists(state)
+    f = _facts(ansible.module("gpu_facts", node.args(backend="nvidia_smi", reset_state_path=state),
+                              check=True, env=env))
+    (g1,) = [g for g in f["gpus"] if g["pci_bus_id"].endswith("28:00.0")]
+    assert g1["health"]["remapped_rows"]["pending"] is False
+    assert g1["health_verdict"]["reset_required"] is False
+    bad = ansible.module("gpu_reset", dict(args, bus_ids=["zz"]), env=env)
+    assert bad.get("failed") is True and "'zz' is not a PCI bus id" in bad["msg"]

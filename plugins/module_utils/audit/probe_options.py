@@ -32,6 +32,7 @@ GPU_FACTS = dict(
     xid=dict(type="bool", default=True),
     xid_timeout=dict(type="float", default=10.0),
     kmsg_path=dict(type="path", default="/dev/kmsg"),
+    reset_state_path=dict(type="path", default="/var/lib/kubegpu/gpu-reset.json"),
 )
 
 KUBELET_FACTS = dict(

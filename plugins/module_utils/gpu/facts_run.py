@@ -21,11 +21,13 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import verdict as health_verdict
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, listed_bus_ids, scan_pci
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.reset import read_resets
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.xid import xid_report
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 # Options of the hardware part and their defaults (audit_node passes the same names).
-HARDWARE_DEFAULTS = {"sys_path": "/sys", "xid": True, "xid_timeout": 10.0, "kmsg_path": "/dev/kmsg"}
+HARDWARE_DEFAULTS = {"sys_path": "/sys", "xid": True, "xid_timeout": 10.0, "kmsg_path": "/dev/kmsg",
+                     "reset_state_path": "/var/lib/kubegpu/gpu-reset.json"}
 
 
 def read_uptime(proc_path="/proc"):
@@ -49,7 +51,8 @@ def judge_gpus(facts, uptime_s=None):
     return facts
 
 
-def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path="/dev/kmsg"):
+def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path="/dev/kmsg",
+                   reset_state_path=None, proc_path="/proc"):
     """Add ``pci``, ``xid`` and ``presence`` to the nvidia facts (in place), node side.
 
     ``presence`` compares the PCI bus with the driver's list only: the Node's
@@ -63,8 +66,12 @@ def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path
         raise ProbeFailed("sys_path: %s" % e)
     facts["pci"] = pci
     if xid:
+        # GPU resets of this boot (kubegpu.fleet.gpu_reset): the Xids they cleared call for nothing
+        resets, problem = read_resets(reset_state_path, proc_path)
+        if problem:
+            facts.setdefault("warnings", []).append("GPU reset record not read: %s" % problem)
         try:
-            facts["xid"] = xid_report(timeout=xid_timeout, kmsg=kmsg_path or None)
+            facts["xid"] = xid_report(timeout=xid_timeout, kmsg=kmsg_path or None, resets=resets)
         except safe_io.UnsafeInput as e:
             raise ProbeFailed("xid_timeout: %s" % e)
     else:
@@ -100,7 +107,7 @@ def gpu_facts_run(params, warn):
               for k, v in HARDWARE_DEFAULTS.items())
     facts["uptime_s"] = read_uptime(params["proc_path"])
     judge_gpus(facts, facts["uptime_s"])
-    hardware_facts(facts, **hw)
+    hardware_facts(facts, proc_path=params["proc_path"], **hw)
     probe = facts["probe"]
     if probe["status"] in ("hung", "error"):
         warn("gpu_facts: %s probe %s: %s" % (probe["backend"], probe["status"], probe["error"]))
