@@ -356,11 +356,17 @@ def renew_loop(api, *, pool, node, holder, name, interval, watch, max_hold, cloc
         if stopping():
             return "signal"
         if not alive(*watch):
-            try:
-                release(api, pool=pool, node=node, holder=holder)
-            except K8sError:
-                pass   # the Lease expires
-            return "parent"
+            # give the slot back; an API away meanwhile is tried again until the Lease would have
+            # expired anyway (three renewal intervals)
+            give_up = clock() + 3 * interval
+            while True:
+                try:
+                    release(api, pool=pool, node=node, holder=holder)
+                    return "parent"
+                except K8sError as exc:
+                    if exc.status in (401, 403) or clock() >= give_up or stopping():
+                        return "parent"
+                sleep(1.0)
         if clock() - started > max_hold:
             return "max_hold"
         if clock() >= next_renew:

@@ -12,16 +12,23 @@ nodes' boot IDs:
    rollout, stays cordoned with the failure annotation; a re-run resumes it;
 3. a PodDisruptionBudget that never allows eviction times the drain out cleanly;
 4. the API double going away while the role waits for the rebooted node fails the play
-   without uncordoning anything.
+   without uncordoning anything;
+5. the budget the cluster holds: three rollouts started at once (separate ansible-playbook
+   processes, as AWX slices) never have more than max_unavailable GPU nodes unavailable; a
+   rollout killed mid-node is finished by the next one, which leaves an operator-cordoned node
+   alone; a firing Prometheus alert holds new starts and its clearing releases them; a closed
+   maintenance window starts nothing.
 """
 import json
 import os
+import subprocess
 import threading
 import time
 
 import pytest
 
 from lab_fixture import lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
+from test_rollout_budget import prometheus  # noqa: F401  pylint: disable=unused-import
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_reboot.yml")
@@ -29,6 +36,7 @@ NODES = ["rr-a", "rr-b", "rr-c", "rr-d", "rr-e", "rr-f"]
 ROLE_UA = "OpenAPI-Generator/"   # the kubernetes Python client behind kubernetes.core
 ANNOTATION = "kubegpu.io/maintenance"
 FAILED_ANNOTATION = "kubegpu.io/maintenance-failed"
+LEASES = "leases.coordination.k8s.io"
 DKMS_DIR = "/lib/modules/$(uname -r)/updates/dkms"
 DKMS_AWAY = "/root/kubegpu-test-dkms"
 
@@ -142,6 +150,9 @@ def restore(lab, operator_cordoned=()):
         if drop:
             lab.kubectl("annotate", "node", name, *drop)
         lab.kubectl("cordon" if name in operator_cordoned else "uncordon", name)
+    for lease in lab.client.state()["objects"].get("leases.coordination.k8s.io", []):
+        if lease["metadata"]["name"].startswith("kubegpu-rollout-slot-"):   # a slot a killed run left
+            lab.kubectl("delete", "lease", "-n", lease["metadata"]["namespace"], lease["metadata"]["name"])
     pods = lab.lab.state["node_pods"]
     lab.create([o for n in NODES for o in pods[n]])
     for name in NODES:
@@ -315,3 +326,144 @@ def test_api_going_away_fails_the_play_without_uncordoning(lab, ansible):
     assert not [e for e in writes if e["resource"] == "nodes" and sets_unschedulable(e, False)]
     assert lab.node_obj("rr-d")["spec"].get("unschedulable") is True
     restore(lab)
+
+
+# ------------------------------------------------------- 5. the budget the cluster holds
+
+def start_rollout(ansible, lab, **extra):
+    """``rollout`` as a background ansible-playbook process (Popen), output to a file."""
+    variables = dict(FAST)
+    variables.update(extra)
+    log = open(os.path.join(ansible.workdir, "rollout-%d.log" % time.monotonic_ns()), "w")
+    cmd = [os.path.join(os.path.dirname(ansible.python), "ansible-playbook"), PLAYBOOK, "-i", lab.inventory,
+           "-e", json.dumps(variables)]
+    env = ansible.env(ENV)
+    env["ANSIBLE_STDOUT_CALLBACK"] = "default"
+    proc = subprocess.Popen(cmd, cwd=ansible.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log = log
+    return proc
+
+
+def slot_leases(lab):
+    return [x for x in lab.client.state()["objects"].get(LEASES, [])
+            if x["metadata"]["name"].startswith("kubegpu-rollout-slot-")]
+
+
+def test_three_rollouts_at_once_never_exceed_the_budget(lab, ansible):
+    restore(lab)
+    before = boot_ids(lab)
+    since = last_seq(lab)
+    results = {}
+
+    def run(targets):
+        # each waits for the others' slots: a timeout that the others' work fits in
+        results[targets] = rollout(ansible, lab, kubegpu_targets=targets, kubegpu_max_unavailable=2,
+                                   kubegpu_max_parallel=0, kubegpu_reboot="always", kubegpu_budget_timeout=1200)
+
+    # three AWX slices of one job: separate ansible-playbook processes, started together
+    workers = [threading.Thread(target=run, args=(t,)) for t in ("rr-a:rr-b", "rr-c:rr-d", "rr-e:rr-f")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(1500)
+    for targets, res in results.items():
+        assert res.rc == 0, (targets, failure_text(res)[-6000:])
+    assert len(results) == 3
+    history = [e for e in lab.client.history(since=since) if e["seq"] > since]
+    worst = max(len(e["unavailable_gpu_nodes"]) for e in history)
+    assert worst <= 2, [(e["seq"], e["unavailable_gpu_nodes"]) for e in history if len(e["unavailable_gpu_nodes"]) > 2]
+    after = boot_ids(lab)
+    assert all(after[n] != before[n] for n in NODES), (before, after)
+    # the slots were taken by the three runs, never more than two held at once, all given back
+    writes = [e for e in history if e["resource"] == LEASES and e["verb"] in ("create", "update", "delete")
+              and (e.get("code") or 0) < 300]
+    holders = set()
+    held = {}
+    most = 0
+    for e in writes:
+        body = json.loads(e.get("body") or "{}")
+        if e["verb"] in ("create", "update") and (body.get("spec") or {}).get("holderIdentity"):
+            holders.add(body["spec"]["holderIdentity"])
+            held[e["name"]] = True
+        elif e["verb"] == "delete":
+            held.pop(e["name"], None)
+        most = max(most, len(held))
+    assert len(holders) == 3 and most <= 2, (holders, most)
+    assert slot_leases(lab) == []
+    for name in NODES:
+        assert not lab.node_obj(name)["spec"].get("unschedulable"), name
+
+
+def test_a_killed_rollout_is_finished_by_the_next_and_the_operator_cordon_stays(lab, ansible):
+    from test_rollout_budget import descendants, kill_tree   # pylint: disable=import-outside-toplevel
+    restore(lab, operator_cordoned=["rr-f"])
+    lab.ssh("rr-a", "touch /run/reboot-required")
+    since = last_seq(lab)
+    runner = start_rollout(ansible, lab, kubegpu_targets="rr-a:rr-f", kubegpu_max_unavailable=2)
+    try:
+        # the job is cancelled once rr-a is cordoned (mid-node): the playbook and its workers die
+        wait_for(lambda: node_patches(role_writes(lab, since), "rr-a", True), 300, "rr-a cordoned")
+        kill_tree([runner.pid] + descendants(runner.pid))
+        runner.wait()
+    finally:
+        kill_tree([runner.pid] + descendants(runner.pid))
+        runner.log.close()
+    assert lab.node_obj("rr-a")["spec"].get("unschedulable") is True
+    assert ANNOTATION in annotations(lab, "rr-a")
+    # its renewer sees the run gone and gives the slot back
+    wait_for(lambda: not slot_leases(lab), 120, "the killed run's slot given back")
+
+    res = rollout(ansible, lab, kubegpu_targets="rr-a:rr-f", kubegpu_max_unavailable=2)
+    assert res.rc == 0, failure_text(res)[-6000:]
+    assert "resuming an unfinished maintenance" in res.stdout
+    node_a = lab.node_obj("rr-a")
+    assert not node_a["spec"].get("unschedulable")
+    assert ANNOTATION not in annotations(lab, "rr-a") and FAILED_ANNOTATION not in annotations(lab, "rr-a")
+    # the operator's cordon: never changed, its pod never evicted, by either run
+    writes = role_writes(lab, since)
+    assert lab.node_obj("rr-f")["spec"].get("unschedulable") is True
+    assert not [e for e in writes if e["name"] in ("rr-f", "train-rr-f")]
+    assert slot_leases(lab) == []
+
+
+def test_a_firing_alert_holds_new_starts_and_a_closed_window_starts_nothing(lab, ansible, prometheus):
+    restore(lab)
+    before = boot_ids(lab)
+    # a window on another day of the week: closed now, and not open within the slot timeout
+    other_day = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][(time.gmtime().tm_wday + 3) % 7]
+    since = last_seq(lab)
+    closed = rollout(ansible, lab, kubegpu_targets="rr-b", kubegpu_max_unavailable=1, kubegpu_reboot="always",
+                     kubegpu_maintenance_windows=[{"days": [other_day], "start": "00:00", "end": "00:01"}])
+    assert closed.rc != 0
+    assert "rr-b not started: outside the maintenance window(s) %s 00:00-00:01 UTC" % other_day in failure_text(closed)
+    assert role_writes(lab, since) == [] and slot_leases(lab) == []
+
+    exporter, firing = prometheus["exporter"], prometheus["firing"]
+    exporter.value = 1
+    wait_for(lambda: firing() == ["GPUFleetOnFire", "Watchdog"], 120, "GPUFleetOnFire firing")
+    since = last_seq(lab)
+    reads = lab.client.reads(resource="nodes", verb="list")
+    mark = max([e["seq"] for e in reads] or [0])
+    runner = start_rollout(ansible, lab, kubegpu_targets="rr-b", kubegpu_max_unavailable=1, kubegpu_reboot="always",
+                           kubegpu_prometheus_url=prometheus["url"], kubegpu_alert_filter="^Watchdog$")
+    try:
+        # the plan lists the Nodes once, the slot wait on each poll: three lists = two polls held
+        wait_for(lambda: len(lab.client.reads(since=mark, resource="nodes", verb="list")) >= 3, 300,
+                 "the slot wait to poll while the alert fires", interval=0.2)
+        assert runner.poll() is None
+        assert role_writes(lab, since) == [] and slot_leases(lab) == []
+        cleared = last_seq(lab)
+        exporter.value = 0
+        runner.wait(900)
+    finally:
+        exporter.value = 0
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        runner.log.close()
+    assert runner.returncode == 0, open(runner.log.name).read()[-6000:]
+    cordons = node_patches(role_writes(lab, since), "rr-b", True)
+    assert cordons and all(e["seq"] > cleared for e in cordons)
+    assert boot_ids(lab)["rr-b"] != before["rr-b"]
+    assert firing() == ["Watchdog"]

@@ -178,8 +178,8 @@ def test_a_run_renews_its_slot_while_it_lives_and_gives_it_back_when_killed(ansi
         kill_tree(descendants(runner.pid))
 
 
-def test_a_lease_left_by_a_job_killed_with_its_renewer_expires_and_is_taken_over(ansible, tmp_path,
-                                                                                  api_double_factory):
+def test_a_lease_left_by_a_job_killed_with_its_renewer_expires_and_is_taken_over(
+        ansible, tmp_path, api_double_factory):
     proc = api_double_factory(seed=fleet())
     # the dead job's Lease (its renewer died with it): last renewed just now, 2 s valid
     dead = rollout_lease.lease_body(POOL, 0, "kube-system", "kubegpu.fleet/gone/1-1", "gpu-1", 2, time.time())

@@ -400,3 +400,15 @@ def test_hold_renews_a_started_node_whatever_the_gates_and_failures_say():
     del api.store["kubegpu-rollout-slot-0"]   # lost (taken over and released by another runner)
     out = acquire(api, "n1", started=True, max_unavailable=2)
     assert out["acquired"] and out["decision"] == "create"
+
+
+def test_renew_loop_keeps_trying_to_give_the_slot_back_while_the_api_is_away():
+    api = FakeApi([gpu_node("n0")])
+    acquire(api, "n0")
+    api.faults["list"] = [K8sError("list Leases: no answer", status=None)] * 3
+    api.calls = []
+    clock = Clock()
+    why = rollout_slot.renew_loop(api, pool=POOL, node="n0", holder="kubegpu.fleet/me/1-1",
+                                  name="kubegpu-rollout-slot-0", interval=20, watch=(2 ** 22 + 7, None),
+                                  max_hold=3600, clock=clock, sleep=clock.sleep, wall=lambda: NOW + clock.t)
+    assert why == "parent" and api.store == {} and api.calls.count("list") == 4
