@@ -32,6 +32,7 @@ PARTS = [
     "gpu_facts_cost",      # 2. gpu_facts cost (no lab)
     "audit_throughput",    # 1. audit vs by-hand baseline (20-node lab)
     "rollout_overhead",    # 3. rolling_reboot against the floor from its own API history (6-node lab)
+    "rollout_window",      # 3b. the sliding window on heterogeneous reboot times vs the ideal schedule (6-node lab)
     "scale_model",         # 4. scale model from audit_throughput's measurements
 ]
 
