@@ -11,14 +11,14 @@ short_description: Take or give back a slot of the rollout's disruption budget, 
 version_added: 0.3.0
 description:
   - The disruption budget every runner of C(kubegpu.fleet.rolling_reboot) shares (AWX slices,
-    overlapping jobs, a person's run): slots are C(coordination.k8s.io/v1) Leases named
+    overlapping jobs, a person's run) - slots are C(coordination.k8s.io/v1) Leases named
     C(<pool>-slot-N) in O(namespace), as kured's lock is one object every runner obeys.
   - C(state=acquire) waits until the maintenance O(windows) are open, no alert of the
     Prometheus server at O(prometheus_url) holds new starts, no node of this run has failed, and
     the budget has a slot for the node - O(max_unavailable) counts the slots held plus the GPU
     nodes unavailable (cordoned or not Ready) for another reason, a node already unavailable
     costs nothing - then takes the lowest free slot (a create, or an update of an expired Lease
-    guarded by its resourceVersion: when two runners race, one wins and the other reads again).
+    guarded by its resourceVersion - when two runners race, one wins and the other reads again).
     A node another runner holds a slot for is waited for. It waits up to O(timeout) and then
     fails with the reason that held it last.
   - After taking a slot it starts a renewer process that renews the Lease every third of
