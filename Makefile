@@ -1,6 +1,8 @@
 # kubegpu.fleet — every entry point creates what it needs itself.
 #   make demo   main job: audit and remediate the embedded lab fleet
 #   make test   everything CI runs: sanity, units, module tests, lint, integration
+#   make matrix sanity subset + unit tests on every older ansible-core the collection claims
+#   make lab-dist  the GPU node lab as a wheel + sdist (.build/lab-dist), outside the Galaxy artifact
 SHELL        := /bin/bash
 .SHELLFLAGS  := -eu -o pipefail -c
 PYTHON       ?= python3
@@ -19,6 +21,7 @@ export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps venv tree pip-bootstrap molecule demo-down sanity units units-ansible-test modules lint integration test demo bench clean
+.PHONY: lab-dist matrix matrix-one galaxy-importer docs-lint changelog-lint
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -34,9 +37,11 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-$(STAMP): requirements-dev.txt
+$(STAMP): requirements-dev.txt lab/pyproject.toml lab/hatch_build.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	# the lab, editable: its Molecule driver (entry point) for molecule/*, its code from lab/
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e lab
 	touch $@
 
 venv: $(STAMP)
@@ -111,7 +116,86 @@ MOLECULE_SCENARIOS ?= lab-smoke audit remediate
 molecule: deps tree
 	for s in $(MOLECULE_SCENARIOS); do $(BIN)/molecule test -s $$s || exit 1; done
 
-test: deps sanity units modules lint integration molecule
+# The GPU node lab as a Python distribution (lab/pyproject.toml): wheel + sdist for other
+# repositories' Molecule tests (docs/testing-your-roles.md).
+LAB_DIST     := $(BUILD)/lab-dist
+lab-dist: $(STAMP)
+	rm -rf $(LAB_DIST)
+	$(BIN)/python -m build --no-isolation --outdir $(LAB_DIST) lab
+
+# Sanity and units on every ansible-core meta/runtime.yml claims: the pinned one (requirements-dev.txt)
+# runs full sanity and the units above; `make matrix` runs each older one in venvs of its own (their
+# pins conflict: one with ansible-core and its ansible-test sanity requirements, one with ansible-core,
+# tests/unit/requirements.txt and the pytest that fits): the sanity tests whose rules change between
+# cores (MATRIX_SANITY) and the unit tests.
+MATRIX_CORES  ?= 2.16.19 2.17.14 2.18.19
+MATRIX_PYTHON ?= python3.11
+MATRIX_DIR    := $(BUILD)/matrix
+MATRIX_SANITY ?= --test validate-modules --test ansible-doc --test yamllint --test runtime-metadata \
+                 --test action-plugin-docs --test ignores --test shebang --test symlinks
+MATRIX_SANITY_REQS := validate-modules ansible-doc yamllint runtime-metadata
+$(MATRIX_DIR)/%/sanity/.installed: requirements-dev.txt
+	rm -rf $(MATRIX_DIR)/$*/sanity
+	$(MATRIX_PYTHON) -m venv $(MATRIX_DIR)/$*/sanity
+	$(MATRIX_DIR)/$*/sanity/bin/pip install -q --disable-pip-version-check "ansible-core==$*"
+	reqs=$$($(MATRIX_DIR)/$*/sanity/bin/python -c "import ansible_test,os;print(os.path.join(os.path.dirname(ansible_test.__file__),'_data','requirements'))"); \
+	$(MATRIX_DIR)/$*/sanity/bin/pip install -q --disable-pip-version-check "ansible-core==$*" \
+	  $$(for t in $(MATRIX_SANITY_REQS); do echo -r $$reqs/sanity.$$t.txt; done)
+	touch $@
+$(MATRIX_DIR)/%/units/.installed: requirements-dev.txt tests/unit/requirements.txt
+	rm -rf $(MATRIX_DIR)/$*/units
+	$(MATRIX_PYTHON) -m venv $(MATRIX_DIR)/$*/units
+	$(MATRIX_DIR)/$*/units/bin/pip install -q --disable-pip-version-check "ansible-core==$*" \
+	  -r tests/unit/requirements.txt pytest pytest-xdist $$(grep -E '^(jmespath|PyYAML)==' requirements-dev.txt)
+	touch $@
+
+matrix:
+	for v in $(MATRIX_CORES); do $(MAKE) --no-print-directory matrix-one CORE=$$v || exit 1; done
+
+# ansible-test of each core bootstraps its own pip, setuptools and wheel versions in its test venvs
+# (as pip-bootstrap does for the pinned core): the wheels from PyPI, our stand-in get-pip script.
+MATRIX_BOOT = import re,ansible_test,os; t=open(os.path.join(os.path.dirname(ansible_test.__file__),'_internal','python_requirements.py')).read(); print(' '.join('%s==%s' % (n, re.search(n + r\"='([0-9.]+)'\", t).group(1)) for n in ('pip','setuptools','wheel')))
+matrix-one: $(MATRIX_DIR)/$(CORE)/sanity/.installed $(MATRIX_DIR)/$(CORE)/units/.installed tree
+	pkgs="$$($(MATRIX_DIR)/$(CORE)/sanity/bin/python -c "$(MATRIX_BOOT)")"; v=$${pkgs%% *}; v=$${v#pip==}; \
+	mkdir -p $(ATEST_CACHE); \
+	[ -f $(ATEST_CACHE)/pip-$$v-py3-none-any.whl ] || \
+	  $(BIN)/pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $(ATEST_CACHE) $$pkgs; \
+	cp scripts/ansible_test_get_pip.py $(ATEST_CACHE)/get_pip_$${v//./_}.py
+	rm -rf $(MATRIX_DIR)/$(CORE)/tree && mkdir -p $(MATRIX_DIR)/$(CORE)/tree/ansible_collections/kubegpu/fleet
+	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} $(MATRIX_DIR)/$(CORE)/tree/ansible_collections/kubegpu/fleet/
+	cd $(MATRIX_DIR)/$(CORE)/tree/ansible_collections/kubegpu/fleet && git init -q && git add -A && \
+	  PATH=$(MATRIX_DIR)/$(CORE)/sanity/bin:$$PATH $(MATRIX_DIR)/$(CORE)/sanity/bin/ansible-test sanity --color=no \
+	    --python 3.11 $(MATRIX_SANITY)
+	PATH=$(MATRIX_DIR)/$(CORE)/units/bin:$$PATH ANSIBLE_PYTHON_INTERPRETER=$(MATRIX_DIR)/$(CORE)/units/bin/python \
+	  $(MATRIX_DIR)/$(CORE)/units/bin/pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+
+# What Automation Hub runs on an upload: galaxy-importer on the built tarball, in a venv of its own
+# (it pins its own ansible-lint/ansible-builder ranges; the `ansible` package brings the collection's
+# dependencies for its ansible-lint pass). Any ERROR line fails.
+IMPORTER_VENV := $(BUILD)/importer-venv
+GALAXY_IMPORTER := galaxy-importer==0.4.44
+$(IMPORTER_VENV)/.installed: requirements-dev.txt
+	$(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check "$(GALAXY_IMPORTER)" \
+	  "$$(grep -E '^ansible-core==' requirements-dev.txt)" "$$(grep -E '^ansible==' requirements-dev.txt)"
+	touch $@
+# The tarball is built from the tracked files (as from a clean clone), like sanity's tree.
+galaxy-importer: $(IMPORTER_VENV)/.installed
+	rm -rf $(BUILD)/importer && mkdir -p $(BUILD)/importer/src
+	git ls-files -co --exclude-standard -z | xargs -0 -I{} cp --parents {} $(BUILD)/importer/src/
+	$(BIN)/ansible-galaxy collection build --output-path $(BUILD)/importer $(BUILD)/importer/src
+	cd $(BUILD)/importer && PATH=$(IMPORTER_VENV)/bin:$$PATH ANSIBLE_COLLECTIONS_PATH= \
+	  $(IMPORTER_VENV)/bin/python -m galaxy_importer.main kubegpu-fleet-*.tar.gz 2>&1 | tee importer.log
+	! grep -E '^(ERROR|CRITICAL)|ImporterError' $(BUILD)/importer/importer.log
+
+# Collection docs as docs.ansible.com renders them (every plugin, role and reference) and the
+# changelog fragments.
+docs-lint: tree
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs --skip-rstcheck .
+changelog-lint: $(STAMP)
+	$(BIN)/antsibull-changelog lint
+
+test: deps sanity units modules lint changelog-lint docs-lint galaxy-importer matrix integration molecule
 
 # Boots the seven-node lab (one node per seed failure mode, a GPU hardware fault and a healthy one; needs root),
 # audits it, remediates it and prints the before/after reports. The lab stays up: `make demo-down` removes it.
