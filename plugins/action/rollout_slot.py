@@ -10,7 +10,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout, rollout_gates, rollout_lease, rollout_slot
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api, rollout, rollout_gates, rollout_lease, rollout_slot
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 
@@ -63,6 +63,8 @@ class ActionModule(ActionBase):
         "prometheus_validate_certs": {"type": "bool", "default": True},
         "prometheus_ca_cert": {"type": "path"},
         "failed_annotation": {"type": "str", "default": "kubegpu.io/maintenance-failed"},
+        "unschedulable": {"type": "bool"},
+        "annotations": {"type": "dict", "default": {}},
     }
     ARGSPEC.update(k8s_client.AUTH_ARG_SPEC)
 
@@ -74,6 +76,11 @@ class ActionModule(ActionBase):
         return result
 
     def _checked(self, args):
+        bad = sorted(k for k, v in args["annotations"].items() if v is not None and not isinstance(v, str))
+        if bad:
+            raise UnsafeInput("annotations must map to strings or null (to remove); not strings: %s" % ", ".join(bad))
+        if args["state"] == "hold" and (args["unschedulable"] is not None or args["annotations"]):
+            raise UnsafeInput("unschedulable and annotations go with state=acquire (the cordon) or release (the uncordon)")
         for key, low, high in (("timeout", 0, None), ("poll", 0.05, 3600), ("clock_skew", 0, 3600),
                                ("max_hold", 1, None), ("prometheus_timeout", 0.1, 300)):
             kwargs = {"minimum": low}
@@ -104,9 +111,11 @@ class ActionModule(ActionBase):
             client = k8s_client.connect(args, environ=environ)
             api = rollout_slot.SlotApi(client, args["namespace"])
             if args["state"] == "release":
+                # the uncordon first: a failed patch keeps the slot (the node is still in maintenance)
+                patched = self._patch(result, args, client)
                 out = rollout_slot.release(api, pool=args["pool"], node=args["name"], holder=holder,
                                            check_mode=bool(self._task.check_mode))
-                result.update(out, changed=out["released"])
+                result.update(out, changed=out["released"] or patched)
                 return
             self._acquire(result, args, api, run, holder, watch, environ, task_vars)
         except rollout_slot.Stop as exc:
@@ -138,8 +147,29 @@ class ActionModule(ActionBase):
             result["failed"] = True
             return
         result["changed"] = out["decision"] in ("create", "takeover") and not self._task.check_mode
+        try:   # the cordon, only with the slot held; a failed cordon gives the slot back
+            if self._patch(result, args, api.client):
+                result["changed"] = True
+        except k8s_client.K8sError:
+            if out["decision"] in ("create", "takeover") and not self._task.check_mode:
+                rollout_slot.release(api, pool=args["pool"], node=args["name"], holder=holder)
+            raise
+        result["cordoned"] = args["unschedulable"] is True
         if args["renew"] and not self._task.check_mode:
             auth = dict((k, args[k]) for k in k8s_client.AUTH_ARG_SPEC if args.get(k) is not None)
             result["renewer"] = rollout_slot.spawn_renewer(
                 auth, environ, namespace=args["namespace"], pool=args["pool"], node=args["name"], holder=holder,
                 name=out["slot"], duration=args["lease_duration"], watch=watch, max_hold=args["max_hold"])
+
+    def _patch(self, result, args, client):
+        """The Node patch that goes with the slot (the cordon and the maintenance record, or the
+        uncordon and clearing it): node_api.patch_node, guarded by the resourceVersion it read."""
+        if args["unschedulable"] is None and not args["annotations"]:
+            return False
+        out = node_api.patch_node(node_api.NodeApi(client), args["name"], args["unschedulable"], args["annotations"],
+                                  check_mode=bool(self._task.check_mode))
+        result.update(node=out["node"], attempts=out["attempts"], patched=out["changed"])
+        if self._task.diff:
+            result["diff"] = {"before": out["before"], "after": out["after"],
+                              "before_header": "Node %s" % args["name"], "after_header": "Node %s" % args["name"]}
+        return out["changed"]

@@ -139,6 +139,18 @@ options:
     description: The Node annotation a failed maintenance writes; one that names this run stops its new starts.
     type: str
     default: kubegpu.io/maintenance-failed
+  unschedulable:
+    description:
+      - With C(state=acquire), C(true) cordons the node once the slot is held; with C(state=release), C(false)
+        uncordons it before the slot goes back. Unset leaves C(spec.unschedulable) alone.
+      - The patch is M(kubegpu.fleet.node_maintenance)'s (one RFC 6902 patch with the O(annotations), guarded by a
+        C(test) of the resourceVersion it read; a conflict reads again). A failed cordon gives the slot back; a
+        failed uncordon keeps it (the node is still in maintenance).
+    type: bool
+  annotations:
+    description: Node annotations to set (strings) or remove (C(null)) in the same patch.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.k8s_auth
@@ -147,7 +159,8 @@ attributes:
     support: full
     details: Reads the budget and the gates, says which slot it would take or give back, and writes nothing.
   diff_mode:
-    support: none
+    support: full
+    details: Shows C(unschedulable) and the named annotations of the Node before and after its patch.
   platform:
     platforms: all
     details: Runs on the controller only; it never connects to the host it runs for.
@@ -243,6 +256,18 @@ renewer:
 released:
   description: Whether a Lease was given back (C(state=release)).
   returned: when state is release
+  type: bool
+node:
+  description: The Node after the patch (with O(unschedulable) or O(annotations)).
+  returned: when the node was patched
+  type: dict
+patched:
+  description: Whether the Node patch changed the Node.
+  returned: when the node was patched
+  type: bool
+cordoned:
+  description: Whether this task cordoned the node with its slot (C(state=acquire), O(unschedulable=true)).
+  returned: when state is acquire and a slot was taken
   type: bool
 stopped:
   description: New starts stopped (a failure of this run, a window that does not open in time, RBAC).

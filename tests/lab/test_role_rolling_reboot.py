@@ -443,13 +443,14 @@ def test_a_firing_alert_holds_new_starts_and_a_closed_window_starts_nothing(lab,
     exporter.value = 1
     wait_for(lambda: firing() == ["GPUFleetOnFire", "Watchdog"], 120, "GPUFleetOnFire firing")
     since = last_seq(lab)
-    reads = lab.client.reads(resource="nodes", verb="list")
+    reads = lab.client.reads(resource="nodes", verb="list", user_agent=ROLE_UA + "*")
     mark = max([e["seq"] for e in reads] or [0])
     runner = start_rollout(ansible, lab, kubegpu_targets="rr-b", kubegpu_max_unavailable=1, kubegpu_reboot="always",
                            kubegpu_prometheus_url=prometheus["url"], kubegpu_alert_filter="^Watchdog$")
     try:
         # the plan lists the Nodes once, the slot wait on each poll: three lists = two polls held
-        wait_for(lambda: len(lab.client.reads(since=mark, resource="nodes", verb="list")) >= 3, 300,
+        wait_for(lambda: len(lab.client.reads(since=mark, resource="nodes", verb="list",
+                                              user_agent=ROLE_UA + "*")) >= 3, 300,
                  "the slot wait to poll while the alert fires", interval=0.2)
         assert runner.poll() is None
         assert role_writes(lab, since) == [] and slot_leases(lab) == []
