@@ -87,8 +87,8 @@ def test_failures_resumes_and_mig_validation_validate(validator):
     stuck = ro.drain_verdict("gpu-1", [pod("job-b")], maintenance=resumed["record"], timeout=5)
     assert stuck["ok"] is False
     failed = ro.failure_record("gpu-1", stuck["record"], "drain timed out", "Drain", now=1700000100,
-                               cordon={"changed": True})
-    assert failed["active"] is True
+                               cordon={"changed": True}, run="ctl/4711-99")
+    assert failed["active"] is True and failed["failure"]["run"] == "ctl/4711-99"
     validator.validate(fact(failed["record"]))
 
     # a failure before anything was recorded (the abort of a node that never started)
