@@ -11,10 +11,13 @@ the node) and pass the driver defects to the module in the internal ``_catalog``
 catalog is replaced by a one-line summary in the returned ``invocation``.
 
 ``catalog_extra`` takes catalog v2 documents, each shaped like a file in ``catalog/v2/`` (one
-document or a list of them); they are checked against ``catalog/schema/catalog-v2.schema.json``
-when ``jsonschema`` is installed and always with ``catalog_v2.validate_catalog`` (shape, ordered
-ranges inside their branch, CVSS severity, ids unique across the bundled files and the extra
-documents), the same rules as the bundled files.
+document or a list of them); they are always validated with ``catalog_v2.validate_catalog``,
+which checks every rule of ``catalog/schema/catalog-v2.schema.json`` in code (https-only source
+URLs without credentials or control characters, finite CVSS scores in 0..10, patterns, allowed
+keys) plus what the schema cannot say (ordered ranges inside their branch, CVSS severity, ids
+unique across the bundled files and the extra documents): the same rules as the bundled files,
+with or without ``jsonschema``. Where ``jsonschema`` is installed the documents also go through
+the schema first, which only changes the wording of some messages.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ _CACHE = {}
 
 
 def _stamp(directory):
-    names = sorted(n for n in os.listdir(directory) if n.endswith((".yml", ".yaml")))
+    names = catalog_v2.catalog_files(directory)
     out = []
     for n in names:
         st = os.stat(os.path.join(directory, n))
@@ -71,33 +74,27 @@ def check_schema(docs, source):
         errors = sorted(validator.iter_errors(clean), key=lambda e: list(e.absolute_path))
         if errors:
             err = errors[0]
-            where = "/".join(str(p) for p in err.absolute_path) or "(document)"
+            where = "/".join(str(p) for p in err.absolute_path)[:200] or "(document)"
+            message = err.message if len(err.message) <= 300 else err.message[:300] + "..."
             raise catalog_v2.CatalogError("%s document %d: %s: %s (catalog/schema/catalog-v2.schema.json)"
-                                          % (source, n, where, err.message))
+                                          % (source, n, where, message))
 
 
 def load_bundled_docs(directory=None):
     """The bundled catalog v2 documents, validated (cached per process while the files are unchanged).
 
-    Returns ``(docs, entries)``; raises catalog_v2.CatalogError (or OSError) on problems.
+    Returns ``(docs, entries)``; raises catalog_v2.CatalogError (or OSError) on problems. Each
+    file is read with ``catalog_v2.parse_document`` and the lot validated with
+    ``catalog_v2.validate_catalog``: the CSAF importer checks a merge with the same two calls.
     """
-    import yaml  # controller side: PyYAML is a requirement of the collection
-
     directory = directory or CATALOG_DIR
     key = (directory, _stamp(directory))
     if _CACHE.get("bundled_key") != key:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         docs = []
         for name, _m, _s in key[1]:
             path = os.path.join(directory, name)
             with open(path, "rb") as f:
-                try:
-                    doc = yaml.load(f, Loader=loader)  # nosec: a safe loader
-                except yaml.YAMLError as e:
-                    raise catalog_v2.CatalogError("bundled catalog %s: not valid YAML: %s" % (path, e))
-            if isinstance(doc, dict):
-                doc["_path"] = path
-            docs.append(doc)
+                docs.append(catalog_v2.parse_document(f.read(), path))
         entries = catalog_v2.validate_catalog(docs)
         _CACHE["bundled_key"] = key
         _CACHE["bundled"] = (docs, entries)
@@ -115,13 +112,16 @@ def catalog_entries(extra=None, directory=None):
     if not extra_docs:
         return list(entries)
     bundled_ids = set(e["id"] for e in entries)
-    clash = sorted(e.get("id") for d in extra_docs for e in (d.get("entries") or [])
-                   if isinstance(e, dict) and e.get("id") in bundled_ids)
+    clash = sorted(e["id"] for d in extra_docs
+                   for e in (d["entries"] if isinstance(d.get("entries"), list) else [])
+                   if isinstance(e, dict) and isinstance(e.get("id"), str) and e["id"] in bundled_ids)
     if clash:
         raise DriverCatalogError("catalog_extra", [
             "id %r already exists in the bundled catalog (use skip_entries to drop the bundled entry "
             "and pick a new id)" % i for i in clash])
     try:
+        for n, doc in enumerate(extra_docs):  # depth and finite numbers first: the schema walk recurses
+            catalog_v2.check_finite(doc, "catalog_extra[%d]" % n)
         check_schema(extra_docs, "catalog_extra")
         return catalog_v2.validate_catalog(list(docs) + [dict(d, _path="catalog_extra[%d]" % n)
                                                          for n, d in enumerate(extra_docs)])

@@ -198,7 +198,8 @@ def test_validator_rejects(over, message):
 def test_validator_rejects_severity_that_is_not_the_cvss_rating():
     entry = _defect(kind="security", severity="medium",
                     cves=[{"id": "CVE-2025-23244", "cvss": {"version": "3.1", "base_score": 7.8,
-                                                            "vector": "CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H"}}])
+                                                            "vector": "CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H"}}],
+                    advisory={"id": "5630", "revision": "1.0", "date": "2025-04-24"})
     with pytest.raises(cv.CatalogError, match="does not match the highest CVSS base score 7.8 .high."):
         cv.validate_catalog([_doc(entry)])
 

@@ -22,7 +22,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
+import reprlib
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DevicePluginVersion,
@@ -145,31 +147,113 @@ def cvss_rating(score):
 # --------------------------------------------------------------------------- validation
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 120
+_REPR.maxlevel = 3
+
+
+def short(value):
+    """``repr`` of an input value for a message, bounded (a 1 MB string or deep nesting stays short)."""
+    return _REPR.repr(value)
+
+
+_short = short
+
+
+# Patterns end in \Z, never $ (which also matches before a trailing newline).
+# Source URLs: https only, with a host, without credentials, RFC 3986 characters only (no space,
+# control, quote, angle bracket, backslash or non-ASCII character: a bidi override cannot hide in
+# one), at most URL_MAX characters. The reports make links of these URLs and of nothing else.
+URL_MAX = 2048
+_URL_CHARS = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+\Z")
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\Z")
+_URL_RE = re.compile(r"^https://(?P<host>[^/?#:@]+)(:(?P<port>[0-9]{1,5}))?(?P<rest>[/?#].*)?\Z")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\Z")
+CVE_RE = re.compile(r"^CVE-\d{4}-\d{4,}\Z")
+CWE_RE = re.compile(r"^CWE-\d+\Z")
+CVSS_VECTOR_RE = re.compile(r"^CVSS:3\.[01]/AV:[NALP]/AC:[LH]/PR:[NLH]/UI:[NR]/S:[UC]/C:[NLH]/I:[NLH]/A:[NLH]\Z")
+CVSS_VERSIONS = ("3.0", "3.1")
+BRANCH_RE = re.compile(r"^\d+(\.\d+)?\Z")
+VERSION_RE = re.compile(r"^v?\d+(\.\d+)+(-[0-9A-Za-z.]+)?\Z")
+MAX_DEPTH = 32  # a catalog document nests 7 levels deep; anything deeper is refused before it is walked
+
+
+def url_problem(url):
+    """Why ``url`` is not an acceptable source URL, or None when it is.
+
+    Accepted: ``https://HOST[:PORT][/path][?query][#fragment]`` with a DNS host name, no user
+    or password, only RFC 3986 characters, at most URL_MAX characters. The controller, the node
+    and the report renderers use this one check.
+    """
+    if not isinstance(url, str):
+        return "must be a string, got %s" % _describe(url)
+    if len(url) > URL_MAX:
+        return "is longer than %d characters" % URL_MAX
+    if not _URL_CHARS.match(url):
+        return ("%s has a character outside RFC 3986 (space, control, quote, angle bracket, backslash "
+                "or non-ASCII: percent-encode it)" % _short(url))
+    m = _URL_RE.match(url)
+    if m is None:
+        return "%s is not an https:// URL with a host and no user name or password" % _short(url)
+    if not _HOST_RE.match(m.group("host")) or len(m.group("host")) > 253:
+        return "%s does not name a DNS host" % _short(url)
+    if m.group("port") is not None and not 0 < int(m.group("port")) < 65536:
+        return "%s has port %s" % (_short(url), m.group("port"))
+    return None
+
+
+def is_safe_url(url):
+    """True when ``url`` passes ``url_problem``: the only URLs a report turns into links."""
+    return url_problem(url) is None
+
+
+def is_finite_number(value):
+    """An int or float (never a bool) that is neither NaN nor infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_finite(doc, where, max_depth=MAX_DEPTH):
+    """Refuse NaN and infinities anywhere in ``doc`` (YAML reads ``.nan``/``.inf``) and nesting
+    deeper than ``max_depth``; iterative, so a hostile depth costs no recursion."""
+    stack = [(doc, 0, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > max_depth:
+            raise CatalogError("%s: nested deeper than %d levels at %s" % (where, max_depth, path or "/"))
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CatalogError("%s: %s is %r: numbers must be finite" % (where, path or "/", value))
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, "%s/%s" % (path, k if isinstance(k, str) and len(k) <= 64 else _short(k)))
+                         for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1, "%s/%d" % (path, n)) for n, v in enumerate(value))
+
+
 def _check_conditions(where, conditions):
-    if conditions is None:
-        return
     if not isinstance(conditions, dict):
-        raise CatalogError("%s: conditions must be a mapping, got %r" % (where, conditions))
+        raise CatalogError("%s: conditions must be a mapping, got %s" % (where, _short(conditions)))
     for key, want in conditions.items():
-        kind = CONDITIONS.get(key)
+        kind = CONDITIONS.get(key) if isinstance(key, str) else None
         if kind is None:
-            raise CatalogError("%s: unknown condition %r (known: %s)"
-                               % (where, key, ", ".join(sorted(CONDITIONS))))
+            raise CatalogError("%s: unknown condition %s (known: %s)"
+                               % (where, _short(key), ", ".join(sorted(CONDITIONS))))
         if kind == "bool" and not isinstance(want, bool):
-            raise CatalogError("%s: condition %s must be true or false, got %r" % (where, key, want))
+            raise CatalogError("%s: condition %s must be true or false, got %s" % (where, key, _short(want)))
         if kind == "regex":
-            if not isinstance(want, str):
-                raise CatalogError("%s: condition %s must be a regular expression string" % (where, key))
+            if not isinstance(want, str) or not want:
+                raise CatalogError("%s: condition %s must be a non-empty regular expression string" % (where, key))
             try:
                 re.compile(want)
-            except re.error as exc:
-                raise CatalogError("%s: condition %s: bad regular expression %r: %s" % (where, key, want, exc))
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise CatalogError("%s: condition %s: bad regular expression %s: %s" % (where, key, _short(want), exc))
         if kind == "enum":
             values = want.get("not_in") if isinstance(want, dict) else want
             if isinstance(want, dict) and set(want) != {"not_in"}:
-                raise CatalogError("%s: condition %s takes a list or {not_in: [...]}, got %r" % (where, key, want))
-            if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-                raise CatalogError("%s: condition %s needs a non-empty list of strings, got %r" % (where, key, want))
+                raise CatalogError("%s: condition %s takes a list or {not_in: [...]}, got %s"
+                                   % (where, key, _short(want)))
+            if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+                raise CatalogError("%s: condition %s needs a non-empty list of non-empty strings, got %s"
+                                   % (where, key, _short(want)))
 
 
 ENTRY_KEYS = ("id", "kind", "title", "description", "cves", "severity", "affected", "conditions",
@@ -177,65 +261,156 @@ ENTRY_KEYS = ("id", "kind", "title", "description", "cves", "severity", "affecte
 ENTRY_REQUIRED = ("id", "kind", "title", "severity", "affected", "remediation", "sources")
 DOC_KEYS = ("schema_version", "component", "version_scheme", "entries", "_path")
 ITEM_KEYS = ("branch", "introduced", "last_affected", "fixed", "conditions", "note")
-ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+SOURCE_KEYS = ("url", "verified", "what")
+CVE_KEYS = ("id", "cwe", "cvss")
+CVSS_KEYS = ("version", "base_score", "vector")
+ADVISORY_KEYS = ("publisher", "id", "title", "revision", "date")
+KINDS = ("security", "defect")
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
 
 
 def _describe(value):
     if isinstance(value, float):
-        return "%r (a number: quote versions in YAML, e.g. \"550.40\")" % (value,)
-    return "%r (%s)" % (value, type(value).__name__)
+        return "%s (a number: quote versions in YAML, e.g. \"550.40\")" % (_short(value),)
+    return "%s (%s)" % (_short(value), type(value).__name__)
 
 
-def check_structure(entry, where):
-    """The JSON schema's shape rules for one entry, without jsonschema (the node has none).
+def _unknown_keys(mapping, allowed, where):
+    for key in sorted((k for k in mapping if k not in allowed), key=repr):
+        raise CatalogError("%s: unknown key %s (allowed: %s)" % (where, _short(key), ", ".join(allowed)))
 
-    Raises CatalogError naming the entry and the bad value; run before the semantic rules so a
-    malformed site-local entry (``catalog_extra``) fails with a message, never a traceback.
-    """
-    if not isinstance(entry, dict):
-        raise CatalogError("%s: an entry must be a mapping, got %s" % (where, _describe(entry)))
-    eid = entry.get("id")
-    if not isinstance(eid, str) or not ID_RE.match(eid):
-        raise CatalogError("%s: id must be lower case letters, digits, '.', '_' or '-', got %s"
-                           % (where, _describe(eid)))
-    where = "entry %s" % eid
-    for key in sorted(k for k in entry if k not in ENTRY_KEYS):
-        raise CatalogError("%s: unknown key %r (allowed: %s)" % (where, key, ", ".join(ENTRY_KEYS)))
-    for key in ENTRY_REQUIRED:
-        if key not in entry:
+
+def _check_string(mapping, key, where, required=False, pattern=None, non_empty=False, expect=None):
+    if key not in mapping:
+        if required:
             raise CatalogError("%s: missing required key %r" % (where, key))
-    for key in ("title", "remediation"):
-        if not (isinstance(entry[key], str) and entry[key].strip()):
-            raise CatalogError("%s: %s must be a non-empty string, got %s" % (where, key, _describe(entry[key])))
-    for key in ("description", "mitigation", "notes"):
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise CatalogError("%s: %s must be a string, got %s" % (where, key, _describe(entry[key])))
-    if entry["severity"] not in SEVERITIES:
-        raise CatalogError("%s: severity %r is not one of %s" % (where, entry["severity"], ", ".join(SEVERITIES)))
-    sources = entry["sources"]
+        return
+    value = mapping[key]
+    if not isinstance(value, str) or (non_empty and not value.strip()):
+        raise CatalogError("%s: %s must be a %sstring, got %s"
+                           % (where, key, "non-empty " if non_empty else "", _describe(value)))
+    if pattern is not None and not pattern.match(value):
+        raise CatalogError("%s: %s %s does not look like %s" % (where, key, _short(value), expect))
+
+
+def _check_sources(sources, where):
     if not isinstance(sources, list) or not sources or not all(
             isinstance(x, dict) and isinstance(x.get("url"), str) and x["url"].strip() for x in sources):
         raise CatalogError("%s: every entry needs at least one source (a list of mappings with a url), got %s"
                            % (where, _describe(sources)))
-    cves = entry.get("cves") or []
+    for n, src in enumerate(sources):
+        sw = "%s sources[%d]" % (where, n)
+        _unknown_keys(src, SOURCE_KEYS, sw)
+        problem = url_problem(src["url"])
+        if problem:
+            raise CatalogError("%s: url %s" % (sw, problem))
+        _check_string(src, "verified", sw, required=True, pattern=DATE_RE, expect="a date (YYYY-MM-DD)")
+        _check_string(src, "what", sw)
+
+
+def _check_cves(cves, where):
     if not isinstance(cves, list) or not all(
             isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("cvss"), dict)
-            and isinstance(c["cvss"].get("base_score"), (int, float)) and isinstance(c["cvss"].get("vector"), str)
-            for c in cves):
-        raise CatalogError("%s: cves must be a list of {id, cvss: {base_score, vector}}, got %s"
+            and isinstance(c["cvss"].get("vector"), str) for c in cves):
+        raise CatalogError("%s: cves must be a list of {id, cvss: {version, base_score, vector}}, got %s"
                            % (where, _describe(cves)))
+    for n, cve in enumerate(cves):
+        cw = "%s cves[%d]" % (where, n)
+        _unknown_keys(cve, CVE_KEYS, cw)
+        _check_string(cve, "id", cw, pattern=CVE_RE, expect="a CVE id (CVE-2025-23266)")
+        _check_string(cve, "cwe", cw, pattern=CWE_RE, expect="a CWE id (CWE-426)")
+        cvss = cve["cvss"]
+        _unknown_keys(cvss, CVSS_KEYS, cw + " cvss")
+        if cvss.get("version") not in CVSS_VERSIONS:
+            raise CatalogError("%s: cvss version must be \"3.0\" or \"3.1\" (a quoted string), got %s"
+                               % (cw, _describe(cvss.get("version"))))
+        score = cvss.get("base_score")
+        if not is_finite_number(score) or not 0 <= score <= 10:
+            raise CatalogError("%s: cvss base_score must be a finite number from 0 to 10, got %s"
+                               % (cw, _describe(score)))
+        _check_string(cvss, "vector", cw + " cvss", pattern=CVSS_VECTOR_RE, expect="a CVSS v3 vector")
+
+
+def _check_advisory(advisory, where):
+    if not isinstance(advisory, dict):
+        raise CatalogError("%s: advisory must be a mapping {id, revision, date, ...}, got %s"
+                           % (where, _describe(advisory)))
+    aw = where + " advisory"
+    _unknown_keys(advisory, ADVISORY_KEYS, aw)
+    for key in ("publisher", "title"):
+        _check_string(advisory, key, aw)
+    for key in ("id", "revision"):
+        _check_string(advisory, key, aw, required=True)
+    _check_string(advisory, "date", aw, required=True, pattern=DATE_RE, expect="a date (YYYY-MM-DD)")
+
+
+def check_structure(entry, where):
+    """Every rule of ``catalog/schema/catalog-v2.schema.json`` for one entry, in code.
+
+    Needs no ``jsonschema`` (the node has none; the controller may not): types, allowed keys,
+    patterns (ids, CVE and CWE ids, CVSS vectors, dates, branches, versions), https-only source
+    URLs (``url_problem``), finite CVSS base scores in 0..10. Raises CatalogError naming the
+    entry and the bad value; runs before the semantic rules so a malformed site-local entry
+    (``catalog_extra``) fails with a message, never a traceback.
+    """
+    if not isinstance(entry, dict):
+        raise CatalogError("%s: an entry must be a mapping, got %s" % (where, _describe(entry)))
+    eid = entry.get("id")
+    if not isinstance(eid, str) or not ID_RE.match(eid) or len(eid) > 200:
+        raise CatalogError("%s: id must be lower case letters, digits, '.', '_' or '-' (at most 200), got %s"
+                           % (where, _describe(eid)))
+    where = "entry %s" % eid
+    _unknown_keys(entry, ENTRY_KEYS, where)
+    for key in ENTRY_REQUIRED:
+        if key not in entry:
+            raise CatalogError("%s: missing required key %r" % (where, key))
+    if entry["kind"] not in KINDS:
+        raise CatalogError("%s: kind must be security or defect, got %s" % (where, _short(entry["kind"])))
+    for key in ("title", "remediation"):
+        if not (isinstance(entry[key], str) and entry[key].strip()):
+            raise CatalogError("%s: %s must be a non-empty string, got %s" % (where, key, _describe(entry[key])))
+    for key in ("description", "mitigation", "notes"):
+        _check_string(entry, key, where)
+    if entry["severity"] not in SEVERITIES:
+        raise CatalogError("%s: severity %s is not one of %s" % (where, _short(entry["severity"]), ", ".join(SEVERITIES)))
+    _check_sources(entry["sources"], where)
+    if entry["kind"] == "defect" and "cves" in entry:
+        raise CatalogError("%s: a defect entry carries no CVEs (make it kind: security)" % where)
+    if entry["kind"] == "security":
+        if not entry.get("cves"):
+            raise CatalogError("%s: a security entry needs at least one CVE" % where)
+        if "advisory" not in entry:
+            raise CatalogError("%s: a security entry needs its advisory {id, revision, date}" % where)
+    _check_cves(entry.get("cves") or [], where)
+    if "advisory" in entry:
+        _check_advisory(entry["advisory"], where)
     items = entry["affected"]
     if not isinstance(items, list) or not items:
         raise CatalogError("%s: affected must be a non-empty list, got %s" % (where, _describe(items)))
     for n, item in enumerate(items):
+        iw = "%s affected[%d]" % (where, n)
         if not isinstance(item, dict):
-            raise CatalogError("%s affected[%d]: must be a mapping, got %s" % (where, n, _describe(item)))
-        for key in sorted(k for k in item if k not in ITEM_KEYS):
-            raise CatalogError("%s affected[%d]: unknown key %r (allowed: %s)"
-                               % (where, n, key, ", ".join(ITEM_KEYS)))
-        if "branch" in item and not isinstance(item["branch"], str):
-            raise CatalogError("%s affected[%d]: branch must be a quoted string (\"570\"), got %s"
-                               % (where, n, _describe(item["branch"])))
+            raise CatalogError("%s: must be a mapping, got %s" % (iw, _describe(item)))
+        _unknown_keys(item, ITEM_KEYS, iw)
+        if not item:
+            raise CatalogError("%s: an empty item would match every version" % iw)
+        if "branch" in item and not (isinstance(item["branch"], str) and BRANCH_RE.match(item["branch"])):
+            raise CatalogError("%s: branch must be a quoted string (\"570\", \"1.17\"), got %s"
+                               % (iw, _describe(item["branch"])))
+        for key in ("introduced", "last_affected", "fixed"):
+            if key not in item:
+                continue
+            if not isinstance(item[key], str):
+                raise CatalogError("%s: %s must be a quoted string, got %s (YAML reads 550.40 as a number)"
+                                   % (iw, key, _describe(item[key])))
+            if not VERSION_RE.match(item[key]):
+                raise CatalogError("%s: cannot parse %s %s (expected a version such as \"570.172.08\" or \"1.17.8\")"
+                                   % (iw, key, _short(item[key])))
+        _check_string(item, "note", iw)
+        if "conditions" in item:
+            _check_conditions(iw, item["conditions"])
+    if "conditions" in entry:
+        _check_conditions(where, entry["conditions"])
 
 
 def validate_entry(entry, scheme):
@@ -259,7 +434,6 @@ def validate_entry(entry, scheme):
         raise CatalogError("%s: kind must be security or defect, got %r" % (where, kind))
     if not entry.get("sources"):
         raise CatalogError("%s: every entry needs at least one source" % where)
-    _check_conditions(where, entry.get("conditions"))
     items = entry.get("affected") or []
     if not items:
         raise CatalogError("%s: affected is empty" % where)
@@ -271,8 +445,8 @@ def validate_entry(entry, scheme):
             if item.get(key) is None:
                 continue
             if not isinstance(item[key], str):
-                raise CatalogError("%s: %s must be a quoted string, got %r (YAML reads 550.40 as a number)"
-                                   % (iw, key, item[key]))
+                raise CatalogError("%s: %s must be a quoted string, got %s (YAML reads 550.40 as a number)"
+                                   % (iw, key, _short(item[key])))
             v = parse_version(scheme, item[key])
             if not in_branch(v, branch):
                 raise CatalogError("%s: %s %s is not in branch %s" % (iw, key, item[key], branch))
@@ -287,35 +461,42 @@ def validate_entry(entry, scheme):
         if lo is None and last is None and fixed is None and branch is None and not item.get("conditions") \
                 and not entry.get("conditions"):
             raise CatalogError("%s: an item without bounds, branch or conditions would match every version" % iw)
-        _check_conditions(iw, item.get("conditions"))
+
+
+def _doc_where(doc):
+    path = doc.get("_path", "?") if isinstance(doc, dict) else "?"
+    return path if isinstance(path, str) and len(path) <= 300 else _short(path)
 
 
 def validate_catalog(docs):
     """Validate a list of loaded component documents; returns the flat entry list.
 
-    Raises CatalogError on the first broken rule (ids unique across all files).
+    Raises CatalogError on the first broken rule (ids unique across all files). Every rule of
+    the JSON schema is checked here (``check_structure``), NaN and infinities anywhere are
+    refused (``check_finite``): nothing depends on ``jsonschema`` being installed.
     """
     seen = {}
     entries = []
     for doc in docs:
-        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-            raise CatalogError("catalog file %s: schema_version must be %d"
-                               % (doc.get("_path", "?") if isinstance(doc, dict) else "?", SCHEMA_VERSION))
+        where = "catalog file %s" % _doc_where(doc)
+        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
+                or isinstance(doc.get("schema_version"), bool):
+            raise CatalogError("%s: schema_version must be %d" % (where, SCHEMA_VERSION))
+        check_finite(doc, where)
         comp = doc.get("component")
-        scheme = COMPONENT_SCHEMES.get(comp)
+        scheme = COMPONENT_SCHEMES.get(comp) if isinstance(comp, str) else None
         if scheme is None:
-            raise CatalogError("catalog file %s: unknown component %r" % (doc.get("_path", "?"), comp))
+            raise CatalogError("%s: unknown component %s" % (where, _short(comp)))
         if doc.get("version_scheme") != scheme:
-            raise CatalogError("catalog file %s: component %s uses version_scheme %s, not %r"
-                               % (doc.get("_path", "?"), comp, scheme, doc.get("version_scheme")))
-        for key in sorted(k for k in doc if k not in DOC_KEYS):
-            raise CatalogError("catalog file %s: unknown top-level key %r" % (doc.get("_path", "?"), key))
+            raise CatalogError("%s: component %s uses version_scheme %s, not %s"
+                               % (where, comp, scheme, _short(doc.get("version_scheme"))))
+        for key in sorted((k for k in doc if k not in DOC_KEYS), key=repr):
+            raise CatalogError("%s: unknown top-level key %s" % (where, _short(key)))
         doc_entries = doc.get("entries")
         if not isinstance(doc_entries, list) or not doc_entries:
-            raise CatalogError("catalog file %s: entries must be a non-empty list, got %s"
-                               % (doc.get("_path", "?"), _describe(doc_entries)))
+            raise CatalogError("%s: entries must be a non-empty list, got %s" % (where, _describe(doc_entries)))
         for n, entry in enumerate(doc_entries):
-            check_structure(entry, "catalog file %s entries[%d]" % (doc.get("_path", "?"), n))
+            check_structure(entry, "%s entries[%d]" % (where, n))
             eid = entry.get("id")
             if eid in seen:
                 raise CatalogError("duplicate entry id %r (in %s and %s)" % (eid, seen[eid], comp))

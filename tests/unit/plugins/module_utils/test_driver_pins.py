@@ -179,7 +179,7 @@ def test_pin_plan_skips_entries_ruled_out_by_gpu_model_but_not_by_mig_state(driv
         {"id": "site-gh200-570", "kind": "defect", "title": "GH200 only", "severity": "high",
          "affected": [{"branch": "570", "introduced": "570.86.15", "fixed": "570.172.08"}],
          "conditions": {"gpu_model": "GH200", "mig_enabled": True}, "remediation": "x",
-         "sources": [{"url": "https://example.invalid/y"}]}]}
+         "sources": [{"url": "https://example.invalid/y", "verified": "2026-11-23"}]}]}
     merged, _o = dc.merge_catalog([driver_doc], extra)
     ids = set(p["id"] for p in dp.pin_plan(merged, {"gpu_names": ["NVIDIA H100"]}))
     assert "site-gh200-570" not in ids

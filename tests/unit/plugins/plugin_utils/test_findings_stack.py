@@ -146,7 +146,7 @@ def test_security_fabric_manager_from_extra_entry():
                                                   "vector": "CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:N/A:H"}}],
         "severity": "high", "affected": [{"branch": "570", "fixed": "570.195.03"}],
         "conditions": {"kernel_modules": ["open"]},
-        "remediation": "upgrade", "advisory": {"publisher": "t", "id": "1"},
+        "remediation": "upgrade", "advisory": {"publisher": "t", "id": "1", "revision": "1.0", "date": "2026-11-23"},
         "sources": [{"url": "https://example.com/a", "verified": "2026-11-23"}]}]}
     cat = catalog_v2.validate_catalog([extra])
     found = by_id(fs.rule_catalog(node(fm="570.172.08", catalog=cat)))
