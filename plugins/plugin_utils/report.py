@@ -5,23 +5,44 @@
 
 Pure functions: ``build_report`` turns per-node audit results into the versioned report
 document (schema in ``docs/audit-report.schema.json``; ``cves`` groups the ``security.*``
-findings across the fleet by CVE); ``render_html``, ``render_markdown``
+findings across the fleet by CVE); ``render_json``, ``render_html``, ``render_markdown``
 and ``render_prometheus`` render that document. Nothing here touches the network or nodes.
+
+Everything in a report may come from a node (names, finding text, evidence), so each format has
+one escaping path, safe by construction:
+
+* data: ``json_safe`` turns the document into strict JSON values (NaN and infinities become the
+  strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates become ``\\udcxx`` text;
+  nesting deeper than JSON_MAX_DEPTH becomes a string); every renderer starts with it and
+  ``render_json`` writes with ``allow_nan=False``;
+* Markdown: ``md`` is the one escaper; lines are ``_Md`` values made only by ``md``, ``_md``
+  (a constant template whose arguments go through ``md``) and ``_md_join``; the document
+  escapes any line that is not ``_Md``;
+* HTML: MarkupSafe (Jinja2's, so always on a controller): ``Markup(constant) % values``
+  escapes every value; links only for URLs that pass ``catalog_core.is_safe_url``;
+* Prometheus: ``_prom_label`` escapes label values per the exposition format.
+
+``tests/unit/plugins/plugin_utils/test_report_hostile.py`` fails on any other way of putting a
+value into Markdown or HTML.
 """
 from __future__ import annotations
 
 import datetime
-import html
 import json
+import math
 import os
 import re
 
 import yaml  # ansible-core depends on PyYAML: always there on a controller
+from markupsafe import Markup  # Jinja2's dependency: always there with ansible-core
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog_core import is_safe_url
 
 SCHEMA_ID = "kubegpu.fleet/audit-report"
 SCHEMA_VERSION = 1
 
 SEVERITIES = ("critical", "warning", "info")
+GENERATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
 NODE_STATUSES = ("audited", "unreachable", "failed")
 
@@ -56,6 +77,62 @@ def collection_version(root=COLLECTION_ROOT):
     return str(version) if version not in (None, "") else None
 
 
+JSON_MAX_DEPTH = 64
+# The renderers' own pass: deeper than anything build_report leaves (its inputs sit a few levels
+# below the report's root), so a built report renders unchanged.
+RENDER_MAX_DEPTH = JSON_MAX_DEPTH + 16
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Invisible or direction-changing characters: C0/C1 controls (not tab, LF, CR), DEL, bidi
+# embeddings, overrides and isolates, zero-width characters, BOM. Shown as U+FFFD in HTML and
+# Markdown so a node name cannot hide or reorder what a reader sees.
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def _clean_text(text, visible=False):
+    if _SURROGATE.search(text):
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "backslashreplace")
+    if visible:
+        text = _INVISIBLE.sub("\ufffd", text)
+    return str(text)
+
+
+def json_safe(value, visible=False, max_depth=JSON_MAX_DEPTH, _depth=0):
+    """A copy of ``value`` made of strict JSON values only.
+
+    NaN/Infinity (a node's reading) become the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``,
+    integers wider than 64 bits a string saying so, keys strings, tuples and sets lists, other
+    objects their ``str``; strings lose lone surrogates (``\\udcff`` text instead), and with
+    ``visible`` their invisible characters (U+FFFD instead). Nesting deeper than ``max_depth``
+    is replaced by a string saying so.
+    """
+    if isinstance(value, str):
+        return _clean_text(value, visible)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value) if value.bit_length() <= 64 else "<integer of %d bits>" % value.bit_length()
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else NON_FINITE[repr(value)]
+    if _depth >= max_depth:
+        return "<nested deeper than %d levels: dropped>" % max_depth
+    if isinstance(value, dict):
+        return dict((_json_key(k, visible), json_safe(v, visible, max_depth, _depth + 1)) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v, visible, max_depth, _depth + 1) for v in value]
+    return _clean_text(str(value), visible)
+
+
+def _json_key(key, visible):
+    if isinstance(key, str):
+        return _clean_text(key, visible)
+    if key is None or isinstance(key, (bool, int, float)):
+        safe = json_safe(key)
+        return safe if isinstance(safe, str) else json.dumps(safe)
+    return _clean_text(str(key), visible)
+
+
 def severity_rank(severity):
     try:
         return SEVERITY_RANK[severity]
@@ -70,14 +147,18 @@ def _check_finding(finding, node):
         if not isinstance(finding.get(key), str) or not finding.get(key):
             raise ReportError("finding on node %r lacks a string %r: %r" % (node, key, finding))
     severity_rank(finding["severity"])
+    evidence = finding.get("evidence") or {}
+    remediation = finding.get("remediation") or {}
+    references = finding.get("references") or []
     out = {
         "id": finding["id"],
         "severity": finding["severity"],
         "title": finding["title"],
         "node": node,
-        "evidence": finding.get("evidence") or {},
-        "remediation": finding.get("remediation") or {},
-        "references": list(finding.get("references") or []),
+        # a malformed shape is kept, never dropped, in the shape the renderers expect
+        "evidence": evidence if isinstance(evidence, dict) else {"value": evidence},
+        "remediation": remediation if isinstance(remediation, dict) else {"summary": str(remediation)},
+        "references": list(references) if isinstance(references, list) else [str(references)],
     }
     return out
 
@@ -97,6 +178,15 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         generated_at = datetime.datetime.now(datetime.timezone.utc)
     if isinstance(generated_at, datetime.datetime):
         generated_at = generated_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not isinstance(generated_at, str) or not GENERATED_AT.match(generated_at):
+        raise ReportError("generated_at must be a UTC time YYYY-MM-DDTHH:MM:SSZ, got %r" % (generated_at,))
+    # Node data from here on is strict JSON (finite numbers, valid Unicode, bounded nesting).
+    if not isinstance(nodes, (list, tuple)):
+        raise ReportError("nodes must be a list, got %s" % type(nodes).__name__)
+    nodes = json_safe(list(nodes))
+    cluster_findings = json_safe(list(cluster_findings or []))
+    run = json_safe(run) if isinstance(run, dict) else {}
+    collection_version = json_safe(collection_version)
 
     seen = set()
     out_nodes = []
@@ -118,6 +208,8 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
     cluster = []
     for f in cluster_findings or []:
         node = f.get("node") if isinstance(f, dict) else None
+        if node is not None and not isinstance(node, str):
+            raise ReportError("cluster finding names a node that is not a string: %r" % (node,))
         checked = _check_finding(f, node)
         if node is not None and node in by_name:
             by_name[node]["findings"].append(checked)
@@ -175,7 +267,7 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
 CVE_SEVERITIES = ("critical", "high", "medium", "low", "info")
 CVE_SEVERITY_RANK = dict((sev, len(CVE_SEVERITIES) - i) for i, sev in enumerate(CVE_SEVERITIES))
 SECURITY_PREFIX = "security."
-CVE_ID = re.compile(r"^CVE-\d{4}-\d{4,}$")
+CVE_ID = re.compile(r"^CVE-\d{4}-\d{4,}\Z")
 CVE_NODE_LIST_MAX = 10  # node names shown per CVE in Markdown and HTML; JSON has them all
 
 
@@ -193,7 +285,7 @@ def _cvss_rating(score):
 
 
 def _number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
@@ -317,89 +409,145 @@ def failing_findings(report, fail_on):
 
 
 def render_json(report):
-    return json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+    """Strict JSON (RFC 8259): ``json.loads(text, parse_constant=...)`` never sees NaN/Infinity."""
+    return json.dumps(json_safe(report, max_depth=RENDER_MAX_DEPTH), indent=2, sort_keys=False,
+                      allow_nan=False) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
-# Markdown
+# Markdown (CommonMark + GFM tables)
 
 
-def _md_escape(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
+class _Md(str):
+    """Markdown-safe text: made only by ``md``, ``_md``, ``_md_join`` and ``_md_document``."""
+
+    __slots__ = ()
+
+
+_MD_BREAK = re.compile("\r\n|[\r\n\t\x0b\x0c\x85\u2028\u2029]")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~#!$^{}])")
+_MD_LEADING = re.compile(r"^(\s*)([-+=])|^(\s*\d+)([.)])(?=\s|$)")
+_MD_OUTER_SPACE = re.compile(r"^ +| +$")
+_MD_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(://)|\b(www)(\.)")
+
+
+def md(value, code=False):
+    """The one Markdown escaper: ``value`` as literal text on one line, wherever it is placed.
+
+    Line breaks of any kind (CR LF, lone CR, LF, tab, VT, FF, NEL, U+2028/9) become a space;
+    invisible and bidi control characters U+FFFD; ``& < >`` entities (no raw HTML, no
+    autolink); ``\\ ` * _ [ ] | ~ # ! $ ^ { }`` get a backslash (no code span, emphasis, link,
+    image, footnote, math, table cell break; a backslash stays a backslash, ``\\|`` stays both
+    characters); a leading ``- + =`` or ordered-list number is escaped too, and ``://``/``www.``
+    so that GFM makes no link of node text; leading and trailing spaces become ``&#32;``.
+    ``code=True`` renders a code span instead (its
+    content is literal) unless the text holds a pipe or a backslash, which a GFM table would
+    read inside a code span: then plain escaped text.
+    """
+    text = "" if value is None else str(value)
+    text = _INVISIBLE.sub("\ufffd", _MD_BREAK.sub(" ", _clean_text(text)))
+    if code and text.strip() and "|" not in text and "\\" not in text:
+        fence = "`" * (max([len(run) for run in re.findall("`+", text)] or [0]) + 1)
+        return _Md("%s %s %s" % (fence, text, fence) if "`" in text else "%s%s%s" % (fence, text, fence))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_PUNCT.sub(r"\\\1", text)
+    text = _MD_AUTOLINK.sub(lambda m: "\\" + m.group(0) if m.group(1) else m.group(2) + "\\" + m.group(3), text)
+    text = _MD_LEADING.sub(lambda m: "%s\\%s" % (m.group(1), m.group(2)) if m.group(2)
+                           else "%s\\%s" % (m.group(3), m.group(4)), text)
+    # outer spaces as entities: kept in table cells, and ``**name **`` still closes the emphasis
+    return _Md(_MD_OUTER_SPACE.sub(lambda m: "&#32;" * len(m.group(0)), text))
+
+
+def _md(template, *values):
+    """``template % values`` with every value that is not already ``_Md`` or a number through ``md``."""
+    safe = tuple(v if isinstance(v, _Md) or (isinstance(v, (int, float)) and not isinstance(v, bool)) else md(v)
+                 for v in values)
+    return _Md(template % safe)
+
+
+def _md_join(separator, values):
+    """``separator.join(values)`` with every value that is not already ``_Md`` through ``md``."""
+    return _Md(separator.join(v if isinstance(v, _Md) else md(v) for v in values))
+
+
+def _md_document(lines):
+    """The document (a plain ``str``): lines joined, any line that is not ``_Md`` escaped as text."""
+    return "\n".join(line if isinstance(line, _Md) else md(line) for line in lines)
 
 
 def render_markdown(report):
+    report = json_safe(report, max_depth=RENDER_MAX_DEPTH)
     s = report["summary"]
+    sev = s["by_severity"]
     lines = [
-        "# kubegpu.fleet audit — %s" % report["generated_at"],
-        "",
-        "%d nodes: %d audited, %d unreachable, %d failed, %d clean. Findings: %d critical, %d warning, %d info."
-        % (s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_failed"], s["nodes_clean"],
-           s["by_severity"]["critical"], s["by_severity"]["warning"], s["by_severity"]["info"]),
-        "",
+        _md("# kubegpu.fleet audit — %s", report["generated_at"]),
+        _md(""),
+        _md("%d nodes: %d audited, %d unreachable, %d failed, %d clean. Findings: %d critical, %d warning, %d info.",
+            s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_failed"], s["nodes_clean"],
+            sev["critical"], sev["warning"], sev["info"]),
+        _md(""),
     ]
     if s["unreachable"]:
-        lines += ["**Unreachable:** %s" % ", ".join(s["unreachable"]), ""]
+        lines += [_md("**Unreachable:** %s", _md_join(", ", s["unreachable"])), _md("")]
     if s["failed"]:
-        lines += ["**Audit failed on:** %s" % ", ".join(s["failed"]), ""]
+        lines += [_md("**Audit failed on:** %s", _md_join(", ", s["failed"])), _md("")]
     if s.get("hands_on"):
-        lines += ["**Hands-on work (nodes left cordoned for a person):**", ""]
+        lines += [_md("**Hands-on work (nodes left cordoned for a person):**"), _md("")]
         for entry in s["hands_on"]:
-            lines.append("- **%s** (%s): %s" % (_md_escape(entry["node"]), ", ".join(
-                "`%s`" % i for i in entry["findings"]), _md_escape("; ".join(entry["work"]))))
-        lines.append("")
+            lines.append(_md("- **%s** (%s): %s", entry["node"],
+                             _md_join(", ", [md(i, code=True) for i in entry["findings"]]),
+                             _md_join("; ", entry["work"])))
+        lines.append(_md(""))
     if s["by_id"]:
-        lines += ["| severity | finding | nodes |", "| --- | --- | --- |"]
+        lines += [_md("| severity | finding | nodes |"), _md("| --- | --- | --- |")]
         for fid, slot in s["by_id"].items():
-            lines.append("| %s | `%s` %s | %s |" % (slot["severity"], fid, _md_escape(slot["title"]),
-                                                    _md_escape(", ".join(slot["nodes"]) or "cluster")))
-        lines.append("")
-        lines.append("## Per node")
-        lines.append("")
+            lines.append(_md("| %s | %s %s | %s |", slot["severity"], md(fid, code=True), slot["title"],
+                             _md_join(", ", slot["nodes"]) if slot["nodes"] else _md("cluster")))
+        lines += [_md(""), _md("## Per node"), _md("")]
         for node in report["nodes"]:
             if not node["findings"]:
                 continue
-            lines.append("- **%s**" % node["name"])
+            lines.append(_md("- **%s**", node["name"]))
             for f in node["findings"]:
                 fix = f["remediation"].get("summary") or f["remediation"].get("role") or ""
-                lines.append("  - %s `%s`: %s%s" % (f["severity"].upper(), f["id"], _md_escape(f["title"]),
-                                                    (" — fix: %s" % _md_escape(fix)) if fix else ""))
+                lines.append(_md("  - %s %s: %s%s", f["severity"].upper(), md(f["id"], code=True), f["title"],
+                                 _md(" — fix: %s", fix) if fix else _md("")))
         for f in report["cluster"]["findings"]:
-            lines.append("- **cluster**: %s `%s`: %s" % (f["severity"].upper(), f["id"], _md_escape(f["title"])))
-        lines.append("")
+            lines.append(_md("- **cluster**: %s %s: %s", f["severity"].upper(), md(f["id"], code=True), f["title"]))
+        lines.append(_md(""))
     else:
-        lines += ["No findings.", ""]
+        lines += [_md("No findings."), _md("")]
     lines += _markdown_cves(report.get("cves") or [])
-    return "\n".join(lines)
+    return _md_document(lines)
 
 
 def _bounded_names(names, limit=CVE_NODE_LIST_MAX):
     """``a, b, c`` or ``a, ..., j and 5 more``: the first ``limit`` names and how many were left out."""
-    shown = ", ".join(names[:limit])
-    return shown + (" and %d more" % (len(names) - limit) if len(names) > limit else "")
+    shown = _md_join(", ", names[:limit])
+    return _md("%s and %d more", shown, len(names) - limit) if len(names) > limit else shown
 
 
 def _fixed_text(fixed):
-    return "; ".join("%s %s" % (comp, ", ".join(versions)) for comp, versions in fixed.items())
+    return _md_join("; ", [_md("%s %s", comp, _md_join(", ", versions)) for comp, versions in fixed.items()])
 
 
 def _markdown_cves(cves):
     if not cves:
         return []
-    lines = ["## CVEs across the fleet", "",
-             "%d CVE(s) from the known-bad catalog affect audited nodes (possibly: only an unknown condition "
-             "keeps the node in the advisory's scope)." % len(cves), "",
-             "| CVE | CVSS | severity | components | nodes | fixed in | advisories |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [_md("## CVEs across the fleet"), _md(""),
+             _md("%d CVE(s) from the known-bad catalog affect audited nodes (possibly: only an unknown condition "
+                 "keeps the node in the advisory's scope).", len(cves)), _md(""),
+             _md("| CVE | CVSS | severity | components | nodes | fixed in | advisories |"),
+             _md("| --- | --- | --- | --- | --- | --- | --- |")]
     for c in cves:
-        nodes = "%d: %s" % (c["affected_nodes"], _bounded_names(c["node_names"])) if c["node_names"] else "cluster"
+        nodes = _md("%d: %s", c["affected_nodes"], _bounded_names(c["node_names"])) if c["node_names"] else _md("cluster")
         if c["possibly_affected_nodes"]:
-            nodes += " (possibly: %s)" % _bounded_names(c["possibly_affected_nodes"])
-        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            _md_escape(c["id"]), "%.1f" % c["max_cvss"] if c["max_cvss"] is not None else "?", c["severity"],
-            _md_escape(", ".join(c["components"])), _md_escape(nodes), _md_escape(_fixed_text(c["fixed"]) or "-"),
-            _md_escape(", ".join(c["advisories"]) or "-")))
-    lines.append("")
+            nodes = _md("%s (possibly: %s)", nodes, _bounded_names(c["possibly_affected_nodes"]))
+        lines.append(_md("| %s | %s | %s | %s | %s | %s | %s |",
+                         c["id"], _md("%.1f", c["max_cvss"]) if c["max_cvss"] is not None else _md("?"), c["severity"],
+                         _md_join(", ", c["components"]), nodes, _fixed_text(c["fixed"]) or _md("-"),
+                         _md_join(", ", c["advisories"]) or _md("-")))
+    lines.append(_md(""))
     return lines
 
 
@@ -408,6 +556,9 @@ def _markdown_cves(cves):
 
 
 def _prom_label(value):
+    """A label value per the exposition format: backslash, double quote and line feed escaped.
+
+    Other characters are legal there; the report's strings are valid Unicode (``json_safe``)."""
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -421,6 +572,7 @@ def _epoch(iso):
 
 
 def render_prometheus(report):
+    report = json_safe(report, max_depth=RENDER_MAX_DEPTH)
     s = report["summary"]
     out = []
 
@@ -474,7 +626,7 @@ def render_prometheus(report):
 # ---------------------------------------------------------------------------------------------
 # HTML (self-contained: inline CSS, no scripts, no external resources)
 
-_CSS = """
+_CSS = Markup("""
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d2430;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}h3{font-size:15px;margin:18px 0 6px}
 .meta{color:#5b6575;font-size:13px;margin-bottom:16px}
@@ -492,141 +644,153 @@ span.sev{border-radius:4px;padding:1px 6px;font-size:12px;font-weight:600}
 .finding{border:1px solid #d8dde6;border-radius:8px;padding:8px 12px;margin:8px 0}
 pre{background:#f6f8fa;padding:8px;border-radius:6px;overflow:auto;font-size:12px;margin:6px 0}
 .matrix th.rot{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
-"""
+""")
+# Class names come from these fixed sets only; anything else renders as the neutral class.
+_SEV_CLASS = {"critical": Markup("critical"), "warning": Markup("warning"), "info": Markup("info")}
+_STATUS_CLASS = {"unreachable": Markup("unreachable"), "failed": Markup("failed")}
 
 
-def _e(text):
-    return html.escape("" if text is None else str(text), quote=True)
+def _html_link(url):
+    """A link for a URL that passes ``is_safe_url`` (https, a host, no credentials); else the URL as text."""
+    if is_safe_url(url):
+        return Markup('<a href="%s" rel="noopener noreferrer">%s</a>') % (url, url)
+    return Markup("%s") % url
+
+
+def _html_anchor(name):
+    """A link to a node's details (``#node-NAME``) with the name as its text."""
+    return Markup('<a href="#node-%s">%s</a>') % (name, name)
 
 
 def render_html(report):
+    report = json_safe(report, visible=True, max_depth=RENDER_MAX_DEPTH)
     s = report["summary"]
     ids = list(s["by_id"].keys())
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             "<title>kubegpu.fleet audit %s</title>" % _e(report["generated_at"]),
-             "<style>%s</style></head><body>" % _CSS,
-             "<h1>kubegpu.fleet GPU fleet audit</h1>",
-             '<div class="meta">Generated %s &middot; report schema %s v%s &middot; collection %s &middot; '
-             "fail on: %s</div>" % (_e(report["generated_at"]), _e(report["schema"]),
-                                    _e(report["schema_version"]), _e(report["collection_version"] or "?"),
-                                    _e(s["fail_on"]))]
-    parts.append('<section id="summary"><h2>Fleet summary</h2><div class="cards">')
+    parts = [Markup("<!DOCTYPE html>"), Markup('<html lang="en"><head><meta charset="utf-8">'),
+             Markup("<title>kubegpu.fleet audit %s</title>") % report["generated_at"],
+             Markup("<style>%s</style></head><body>") % _CSS,
+             Markup("<h1>kubegpu.fleet GPU fleet audit</h1>"),
+             Markup('<div class="meta">Generated %s &middot; report schema %s v%s &middot; collection %s &middot; '
+                    "fail on: %s</div>") % (report["generated_at"], report["schema"], report["schema_version"],
+                                            report["collection_version"] or "?", s["fail_on"])]
+    parts.append(Markup('<section id="summary"><h2>Fleet summary</h2><div class="cards">'))
     for label, value, cls in (("nodes", s["nodes_total"], ""), ("audited", s["nodes_audited"], ""),
                               ("clean", s["nodes_clean"], "clean"),
                               ("unreachable", s["nodes_unreachable"], ""), ("failed", s["nodes_failed"], ""),
                               ("critical", s["by_severity"]["critical"], "critical"),
                               ("warning", s["by_severity"]["warning"], "warning"),
                               ("info", s["by_severity"]["info"], "info")):
-        parts.append('<div class="card %s" data-metric="%s"><div class="n">%s</div><div class="l">%s</div></div>'
-                     % (cls, _e(label), _e(value), _e(label)))
-    parts.append("</div>")
+        parts.append(Markup('<div class="card %s" data-metric="%s"><div class="n">%s</div><div class="l">%s</div></div>')
+                     % (cls, label, value, label))
+    parts.append(Markup("</div>"))
     if s["unreachable"]:
-        parts.append('<p id="unreachable"><strong>Unreachable:</strong> %s</p>' % _e(", ".join(s["unreachable"])))
+        parts.append(Markup('<p id="unreachable"><strong>Unreachable:</strong> %s</p>')
+                     % Markup(", ").join(s["unreachable"]))
     if s["failed"]:
-        parts.append('<p id="failed"><strong>Audit failed on:</strong> %s</p>' % _e(", ".join(s["failed"])))
-    parts.append("</section>")
+        parts.append(Markup('<p id="failed"><strong>Audit failed on:</strong> %s</p>') % Markup(", ").join(s["failed"]))
+    parts.append(Markup("</section>"))
     if s.get("hands_on"):
-        parts.append('<section id="hands-on"><h2>Hands-on work</h2><p>Left cordoned for a person:</p><ul>')
+        parts.append(Markup('<section id="hands-on"><h2>Hands-on work</h2><p>Left cordoned for a person:</p><ul>'))
         for entry in s["hands_on"]:
-            parts.append('<li data-node="%s"><a href="#node-%s"><strong>%s</strong></a> (%s): %s</li>'
-                         % (_e(entry["node"]), _e(entry["node"]), _e(entry["node"]),
-                            ", ".join("<code>%s</code>" % _e(i) for i in entry["findings"]),
-                            _e("; ".join(entry["work"]))))
-        parts.append("</ul></section>")
+            parts.append(Markup('<li data-node="%s"><strong>%s</strong> (%s): %s</li>')
+                         % (entry["node"], _html_anchor(entry["node"]),
+                            Markup(", ").join(Markup("<code>%s</code>") % i for i in entry["findings"]),
+                            Markup("; ").join(entry["work"])))
+        parts.append(Markup("</ul></section>"))
 
     parts += _html_cves(report.get("cves") or [])
-    parts.append('<section id="matrix"><h2>Node &times; finding</h2>')
+    parts.append(Markup('<section id="matrix"><h2>Node &times; finding</h2>'))
     if ids:
-        parts.append('<table class="matrix"><thead><tr><th>node</th>')
+        parts.append(Markup('<table class="matrix"><thead><tr><th>node</th>'))
         for fid in ids:
-            parts.append('<th class="rot" title="%s">%s</th>' % (_e(s["by_id"][fid]["title"]), _e(fid)))
-        parts.append("</tr></thead><tbody>")
+            parts.append(Markup('<th class="rot" title="%s">%s</th>') % (s["by_id"][fid]["title"], fid))
+        parts.append(Markup("</tr></thead><tbody>"))
         for node in report["nodes"]:
             have = dict((f["id"], f["severity"]) for f in node["findings"])
-            parts.append('<tr data-node="%s"><th>%s</th>' % (_e(node["name"]), _e(node["name"])))
+            parts.append(Markup('<tr data-node="%s"><th>%s</th>') % (node["name"], node["name"]))
             for fid in ids:
                 if node["status"] != "audited":
-                    parts.append('<td class="cell %s" title="%s">%s</td>'
-                                 % (node["status"], _e(node["status"]), "?"))
+                    parts.append(Markup('<td class="cell %s" title="%s">?</td>')
+                                 % (_STATUS_CLASS.get(node["status"], ""), node["status"]))
                 elif fid in have:
-                    parts.append('<td class="cell %s" data-finding="%s" title="%s">%s</td>'
-                                 % (have[fid], _e(fid), _e(have[fid]), _e(have[fid][0].upper())))
+                    parts.append(Markup('<td class="cell %s" data-finding="%s" title="%s">%s</td>')
+                                 % (_SEV_CLASS.get(have[fid], ""), fid, have[fid], have[fid][:1].upper()))
                 else:
-                    parts.append('<td class="cell none"></td>')
-            parts.append("</tr>")
-        parts.append("</tbody></table>")
+                    parts.append(Markup('<td class="cell none"></td>'))
+            parts.append(Markup("</tr>"))
+        parts.append(Markup("</tbody></table>"))
     else:
-        parts.append('<p id="no-findings">No findings on any audited node.</p>')
-    parts.append("</section>")
+        parts.append(Markup('<p id="no-findings">No findings on any audited node.</p>'))
+    parts.append(Markup("</section>"))
 
-    parts.append('<section id="details"><h2>Details</h2>')
+    parts.append(Markup('<section id="details"><h2>Details</h2>'))
     for node in report["nodes"]:
-        name = _e(node["name"])
-        parts.append('<h3 id="node-%s">%s <small>(%s)</small></h3>' % (name, name, _e(node["status"])))
+        parts.append(Markup('<h3 id="node-%s">%s <small>(%s)</small></h3>') % (node["name"], node["name"], node["status"]))
         if node.get("error"):
-            parts.append("<pre>%s</pre>" % _e(node["error"]))
+            parts.append(Markup("<pre>%s</pre>") % node["error"])
         if node["status"] == "audited" and not node["findings"]:
-            parts.append("<p>No findings.</p>")
+            parts.append(Markup("<p>No findings.</p>"))
         for f in node["findings"]:
             parts.append(_html_finding(f))
     if report["cluster"]["findings"]:
-        parts.append('<h3 id="cluster">Cluster</h3>')
+        parts.append(Markup('<h3 id="cluster">Cluster</h3>'))
         for f in report["cluster"]["findings"]:
             parts.append(_html_finding(f))
-    parts.append("</section></body></html>")
-    return "\n".join(parts) + "\n"
+    parts.append(Markup("</section></body></html>"))
+    return str(Markup("\n").join(parts) + Markup("\n"))
 
 
 def _html_names(names):
-    shown = ", ".join('<a href="#node-%s">%s</a>' % (_e(n), _e(n)) for n in names[:CVE_NODE_LIST_MAX])
+    shown = Markup(", ").join(_html_anchor(n) for n in names[:CVE_NODE_LIST_MAX])
     if len(names) > CVE_NODE_LIST_MAX:
-        shown += " and %d more" % (len(names) - CVE_NODE_LIST_MAX)
+        shown += Markup(" and %d more") % (len(names) - CVE_NODE_LIST_MAX)
     return shown
 
 
 def _html_cves(cves):
     if not cves:
         return []
-    parts = ['<section id="cves"><h2>CVEs across the fleet</h2>',
-             "<p>%d CVE(s) from the known-bad catalog affect audited nodes. <em>Possibly</em>: only an unknown "
-             "condition keeps the node in the advisory's scope.</p>" % len(cves),
-             '<table class="cves"><thead><tr><th>CVE</th><th>CVSS</th><th>severity</th><th>components</th>'
-             "<th>nodes</th><th>fixed in</th><th>advisories</th></tr></thead><tbody>"]
+    parts = [Markup('<section id="cves"><h2>CVEs across the fleet</h2>'),
+             Markup("<p>%d CVE(s) from the known-bad catalog affect audited nodes. <em>Possibly</em>: only an unknown "
+                    "condition keeps the node in the advisory's scope.</p>") % len(cves),
+             Markup('<table class="cves"><thead><tr><th>CVE</th><th>CVSS</th><th>severity</th><th>components</th>'
+                    "<th>nodes</th><th>fixed in</th><th>advisories</th></tr></thead><tbody>")]
     for c in cves:
         sev_class = {"critical": "critical", "high": "critical", "medium": "warning"}.get(c["severity"], "info")
-        nodes = "%d: %s" % (c["affected_nodes"], _html_names(c["node_names"])) if c["node_names"] else "cluster"
+        nodes = Markup("%d: %s") % (c["affected_nodes"], _html_names(c["node_names"])) if c["node_names"] \
+            else Markup("cluster")
         if c["possibly_affected_nodes"]:
-            nodes += " <small>(possibly: %s)</small>" % _html_names(c["possibly_affected_nodes"])
-        links = "".join('<li><a href="%s">%s</a></li>' % (_e(u), _e(u)) for u in c["sources"])
+            nodes += Markup(" <small>(possibly: %s)</small>") % _html_names(c["possibly_affected_nodes"])
+        links = Markup("").join(Markup("<li>%s</li>") % _html_link(u) for u in c["sources"])
+        fixed = Markup("; ").join(Markup("%s %s") % (comp, Markup(", ").join(versions))
+                                  for comp, versions in c["fixed"].items())
         parts.append(
-            '<tr data-cve="%s" data-affected-nodes="%d"><td><code>%s</code>%s</td><td>%s</td>'
-            '<td><span class="sev %s">%s</span></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>'
-            % (_e(c["id"]), c["affected_nodes"], _e(c["id"]),
-               ("<ul>%s</ul>" % links) if links else "",
-               _e("%.1f" % c["max_cvss"] if c["max_cvss"] is not None else "?"), sev_class, _e(c["severity"]),
-               _e(", ".join(c["components"])), nodes, _e(_fixed_text(c["fixed"]) or "-"),
-               _e(", ".join(c["advisories"]) or "-")))
-    parts.append("</tbody></table></section>")
+            Markup('<tr data-cve="%s" data-affected-nodes="%d"><td><code>%s</code>%s</td><td>%s</td>'
+                   '<td><span class="sev %s">%s</span></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>')
+            % (c["id"], c["affected_nodes"], c["id"], Markup("<ul>%s</ul>") % links if links else "",
+               Markup("%.1f") % c["max_cvss"] if c["max_cvss"] is not None else "?", _SEV_CLASS[sev_class], c["severity"],
+               Markup(", ").join(c["components"]), nodes, fixed or "-", Markup(", ").join(c["advisories"]) or "-"))
+    parts.append(Markup("</tbody></table></section>"))
     return parts
 
 
 def _html_finding(f):
     rem = f["remediation"] or {}
-    out = ['<div class="finding" data-finding="%s" data-severity="%s">' % (_e(f["id"]), _e(f["severity"])),
-           '<div><span class="sev %s">%s</span> <code>%s</code> %s</div>'
-           % (_e(f["severity"]), _e(f["severity"]), _e(f["id"]), _e(f["title"]))]
+    out = [Markup('<div class="finding" data-finding="%s" data-severity="%s">') % (f["id"], f["severity"]),
+           Markup('<div><span class="sev %s">%s</span> <code>%s</code> %s</div>')
+           % (_SEV_CLASS.get(f["severity"], ""), f["severity"], f["id"], f["title"])]
     if f["evidence"]:
-        out.append("<div><strong>Evidence</strong><pre>%s</pre></div>"
-                   % _e(json.dumps(f["evidence"], indent=2, sort_keys=True, default=str)))
+        out.append(Markup("<div><strong>Evidence</strong><pre>%s</pre></div>")
+                   % json.dumps(f["evidence"], indent=2, sort_keys=True, allow_nan=False))
     if rem:
-        out.append("<div><strong>Remediation</strong>: %s" % _e(rem.get("summary", "")))
+        out.append(Markup("<div><strong>Remediation</strong>: %s") % rem.get("summary", ""))
         if rem.get("role"):
-            out.append(" &mdash; role <code>%s</code>" % _e(rem["role"]))
+            out.append(Markup(" &mdash; role <code>%s</code>") % rem["role"])
         if rem.get("vars"):
-            out.append("<pre>%s</pre>" % _e(json.dumps(rem["vars"], indent=2, sort_keys=True, default=str)))
-        out.append("</div>")
+            out.append(Markup("<pre>%s</pre>") % json.dumps(rem["vars"], indent=2, sort_keys=True, allow_nan=False))
+        out.append(Markup("</div>"))
     if f["references"]:
-        out.append("<div><strong>References</strong><ul>%s</ul></div>"
-                   % "".join("<li>%s</li>" % _e(r) for r in f["references"]))
-    out.append("</div>")
-    return "".join(out)
+        out.append(Markup("<div><strong>References</strong><ul>%s</ul></div>")
+                   % Markup("").join(Markup("<li>%s</li>") % _html_link(r) for r in f["references"]))
+    out.append(Markup("</div>"))
+    return Markup("").join(out)
