@@ -13,10 +13,18 @@ CVEs, CVSS, severity, branch ranges, fixed versions, advisory revision) or lacks
 --merge appends entries whose id is not in the catalog yet to catalog/v2/<component>.yml and
 never rewrites existing entries; review the diff (qualifiers in `notes` become conditions),
 run the catalog tests, commit. See catalog/README.md.
+
+Documents that generate the same entry id: the newer revision of one bulletin wins (a note on
+stderr names both files); two bulletins, or one revision with different content, are an error.
+--merge builds every changed file in memory and validates the merged catalog with the audit's
+own reader and validator before writing; it writes nothing when that fails, and each file is
+replaced atomically when it succeeds.
+
+Exit status: 0 done, 1 --check found differences, 2 error. Any malformed document ends in
+`error: FILE: reason` on stderr and exit 2 (each document is bounded in size, nesting and time).
 """
 import argparse
 import atexit
-import json
 import os
 import shutil
 import sys
@@ -42,6 +50,33 @@ sys.path.insert(0, _collection_path())
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, csaf_import  # noqa: E402
 
 
+MESSAGE_MAX = 600
+
+
+def _error(where, exc):
+    text = str(exc) or type(exc).__name__
+    if len(text) > MESSAGE_MAX:
+        text = text[:MESSAGE_MAX] + "... (%d more characters)" % (len(text) - MESSAGE_MAX)
+    print("error: %s: %s" % (where, text.replace("\n", " ")), file=sys.stderr)
+    return 2
+
+
+def _load(path, verified):
+    """One document, read, parsed and converted within csaf_import.DEADLINE; raises CsafError."""
+    try:
+        with csaf_import.deadline(csaf_import.DEADLINE):
+            doc = csaf_import.read_document(path)
+            return csaf_import.import_advisory(doc, path=path, verified=verified)
+    except (csaf_import.CsafError, catalog_v2.CatalogError, OSError, csaf_import.DeadlineExceeded) as exc:
+        raise csaf_import.CsafError(str(exc) or type(exc).__name__)
+    except RecursionError:
+        raise csaf_import.CsafError("nested too deeply")
+    except MemoryError:
+        raise csaf_import.CsafError("too large to convert")
+    except Exception as exc:  # any other shape the checks above missed: still a message, never a traceback
+        raise csaf_import.CsafError("malformed CSAF document (%s: %s)" % (type(exc).__name__, exc))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("documents", nargs="+", help="CSAF 2.0 JSON files (NVIDIA/product-security <year>/<id>/<id>.json)")
@@ -53,26 +88,31 @@ def main(argv=None):
     mode.add_argument("--merge", metavar="CATALOG_DIR", help="append new entries to CATALOG_DIR/<component>.yml")
     args = ap.parse_args(argv)
 
-    generated = {}
+    results = []
     for path in args.documents:
         try:
-            with open(path) as f:
-                doc = json.load(f)
-            result = csaf_import.import_advisory(doc, path=path, verified=args.verified)
-        except (OSError, ValueError) as exc:
-            print("error: %s: %s" % (path, exc), file=sys.stderr)
-            return 2
+            result = _load(path, args.verified)
+        except csaf_import.CsafError as exc:
+            return _error(path, exc)
         for key, n in sorted(result["skipped"].items()):
             print("%s: skipped %d non-data-center row(s): %s" % (path, n, key), file=sys.stderr)
         for w in result["warnings"]:
             print("%s: review: %s" % (path, w), file=sys.stderr)
-        for comp, entries in result["entries"].items():
-            if args.component and comp not in args.component:
-                continue
-            generated.setdefault(comp, []).extend(entries)
+        result["entries"] = dict((comp, entries) for comp, entries in result["entries"].items()
+                                 if not args.component or comp in args.component)
+        results.append((path, result))
+    try:
+        generated, notes = csaf_import.combine(results)
+    except csaf_import.CsafError as exc:
+        return _error(exc.path or args.documents[-1], exc)
+    for note in notes:
+        print("review: %s" % note, file=sys.stderr)
 
     if args.check:
-        entries = catalog_v2.load_catalog(args.check)
+        try:
+            entries = catalog_v2.load_catalog(args.check)
+        except (catalog_v2.CatalogError, OSError, UnicodeDecodeError) as exc:
+            return _error(args.check, exc)
         diffs = []
         for comp, gen in sorted(generated.items()):
             diffs.extend(csaf_import.compare(gen, [e for e in entries if e["component"] == comp]))
@@ -83,22 +123,16 @@ def main(argv=None):
         return 1 if diffs else 0
 
     if args.merge:
-        existing = {e["id"] for e in catalog_v2.load_catalog(args.merge)}
-        for comp, gen in sorted(generated.items()):
-            new = [e for e in gen if e["id"] not in existing]
-            target = os.path.join(args.merge, "%s.yml" % comp)
-            if not new:
-                print("%s: nothing new" % target, file=sys.stderr)
-                continue
-            if not os.path.exists(target):
-                with open(target, "w") as f:
-                    f.write("---\nschema_version: 2\ncomponent: %s\nversion_scheme: %s\nentries:\n"
-                            % (comp, catalog_v2.COMPONENT_SCHEMES[comp]))
-            text = csaf_import.dump_entries(new)
-            with open(target, "a") as f:
-                f.write("\n" + "".join("  " + line if line.strip() else line for line in text.splitlines(True)))
-            print("%s: appended %d entr%s" % (target, len(new), "y" if len(new) == 1 else "ies"), file=sys.stderr)
-        catalog_v2.load_catalog(args.merge)  # the merged catalog must still validate
+        try:
+            changes, lines = csaf_import.plan_merge(args.merge, generated)
+        except (catalog_v2.CatalogError, OSError, UnicodeDecodeError) as exc:
+            return _error(args.merge, "the merged catalog would be invalid, nothing written: %s" % exc)
+        try:
+            csaf_import.write_files(changes)
+        except OSError as exc:
+            return _error(args.merge, exc)
+        for line in lines:
+            print(line, file=sys.stderr)
         return 0
 
     for comp, gen in sorted(generated.items()):

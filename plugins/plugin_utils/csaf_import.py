@@ -24,12 +24,27 @@ component, with one affected item per driver branch. Row qualifiers that the for
 carry ("only when CDI is enabled") go to ``notes`` and to ``warnings``: the maintainer turns
 them into structured conditions when reviewing.
 
+Nothing in a document is trusted: ``read_document`` bounds its size (MAX_BYTES), nesting
+(MAX_DEPTH) and encoding before and after ``json`` parses it, every field is type-checked where
+it is read (a wrong type is a CsafError naming the field), and ``scripts/import_csaf.py`` puts
+a wall-clock bound (DEADLINE) around each document. ``combine`` keeps one entry per id across
+documents (the newer revision of one bulletin wins); ``plan_merge`` builds and validates the
+merged catalog in memory, with the audit's own reader and validator, before anything is
+written, and ``write_files`` replaces each changed file atomically.
+
 CLI: ``scripts/import_csaf.py`` (see catalog/README.md).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
+import os
 import re
+import signal
+import stat
+import tempfile
+import threading
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
@@ -62,8 +77,141 @@ _EXACT = re.compile(r"^" + _V + r"\s*(?:\((.*)\))?$")
 _TAG = re.compile(r"<[^>]+>")
 
 
+MAX_BYTES = 8 << 20  # NVIDIA's largest bulletins are a few hundred KiB
+MAX_DEPTH = 32       # a CSAF document nests about 12 levels deep
+DEADLINE = 30.0      # seconds per document (read, parse, convert)
+ADVISORY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+CVE_ID = re.compile(r"^CVE-\d{4}-\d{4,}\Z")
+
+
 class CsafError(ValueError):
-    """The document is not a CSAF advisory this importer can read; the message says why."""
+    """The document is not a CSAF advisory this importer can read; the message says why.
+
+    ``path``: the file the problem is in, where the raiser knows it (``combine``)."""
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+def _kind(value):
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _obj(value, where, optional=False):
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise CsafError("%s must be an object, got %s" % (where, _kind(value)))
+    return value
+
+
+def _arr(value, where):
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CsafError("%s must be an array, got %s" % (where, _kind(value)))
+    return value
+
+
+def _str(value, where, default=""):
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise CsafError("%s must be a string, got %s" % (where, _kind(value)))
+    return value
+
+
+def _refuse_constant(name):
+    raise CsafError("%s is not JSON (RFC 8259 has no NaN or Infinity)" % name)
+
+
+def check_depth(value, max_depth=MAX_DEPTH):
+    """Refuse nesting deeper than ``max_depth``; iterative, so a hostile depth costs no recursion."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            raise CsafError("nested deeper than %d levels" % max_depth)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def parse_json(data):
+    """``bytes`` of a CSAF document -> the document: UTF-8, at most MAX_BYTES, strict JSON, at
+    most MAX_DEPTH levels. Raises CsafError naming the problem."""
+    if len(data) > MAX_BYTES:
+        raise CsafError("larger than %d bytes" % MAX_BYTES)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CsafError("not UTF-8 (byte %d: %s)" % (exc.start, exc.reason))
+    # json's decoder recurses once per level: count brackets first so a deep document never
+    # reaches it (a string holding brackets only makes this estimate higher, never lower)
+    depth = deepest = 0
+    for char in re.findall(r'[\[\]{}]|"(?:[^"\\]|\\.)*"', text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        raise CsafError("nested deeper than %d levels" % MAX_DEPTH)
+    try:
+        doc = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise CsafError("nested too deeply for the JSON parser")
+    except ValueError as exc:  # JSONDecodeError
+        raise CsafError("not JSON: %s" % exc)
+    check_depth(doc)
+    return doc
+
+
+def read_document(path):
+    """Read and parse one CSAF file: a regular file (never a FIFO or device), at most MAX_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CsafError("not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise CsafError("larger than %d bytes (%d)" % (MAX_BYTES, st.st_size))
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return parse_json(b"".join(chunks))
+
+
+class DeadlineExceeded(Exception):
+    """A document took longer than its wall-clock budget."""
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """Raise DeadlineExceeded in the block after ``seconds`` (SIGALRM; a no-op off the main thread)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(_signum, _frame):
+        raise DeadlineExceeded("took longer than %.0f s" % seconds)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _Quoted(str):
@@ -81,26 +229,35 @@ def product_rows(doc):
         raise CsafError("no product_tree in the document")
     rows = {}
 
-    def walk(branches, product_name, arch):
-        for b in branches or []:
-            cat, name = b.get("category"), b.get("name", "")
+    def walk(branches, product_name, arch, where, depth):
+        if depth > MAX_DEPTH:
+            raise CsafError("%s: nested deeper than %d levels" % (where, MAX_DEPTH))
+        for n, b in enumerate(_arr(branches, where)):
+            bw = "%s[%d]" % (where, n)
+            _obj(b, bw)
+            cat, name = b.get("category"), _str(b.get("name"), bw + ".name")
             pn = name if cat == "product_name" else product_name
             ar = name if cat == "architecture" else arch
-            prod = b.get("product")
-            if prod and prod.get("product_id"):
+            prod = _obj(b.get("product"), bw + ".product", optional=True)
+            pid = prod.get("product_id")
+            if pid:
+                pid = _str(pid, bw + ".product.product_id")
                 if cat == "product_version" and product_name is None:
                     # NVIDIA layout: the branch names the product, product.name the version text
-                    rows[prod["product_id"]] = {"product": name, "arch": ar or "", "version_text": prod.get("name", "")}
+                    rows[pid] = {"product": name, "arch": ar or "",
+                                 "version_text": _str(prod.get("name"), bw + ".product.name")}
                 elif cat == "product_version":
-                    rows[prod["product_id"]] = {"product": product_name, "arch": ar or "", "version_text": name}
-            walk(b.get("branches"), pn, ar)
+                    rows[pid] = {"product": product_name, "arch": ar or "", "version_text": name}
+            walk(b.get("branches"), pn, ar, bw + ".branches", depth + 1)
 
-    walk(tree.get("branches"), None, None)
-    for rel in tree.get("relationships") or []:
-        src = rows.get(rel.get("product_reference"))
-        full = rel.get("full_product_name") or {}
+    walk(tree.get("branches"), None, None, "product_tree.branches", 0)
+    for n, rel in enumerate(_arr(tree.get("relationships"), "product_tree.relationships")):
+        rw = "product_tree.relationships[%d]" % n
+        _obj(rel, rw)
+        src = rows.get(_str(rel.get("product_reference"), rw + ".product_reference"))
+        full = _obj(rel.get("full_product_name"), rw + ".full_product_name", optional=True)
         if src and full.get("product_id"):
-            rows[full["product_id"]] = dict(src)
+            rows[_str(full["product_id"], rw + ".full_product_name.product_id")] = dict(src)
     return rows
 
 
@@ -118,13 +275,13 @@ def classify(row):
 
 def parse_row_version(text, status):
     """Version bounds of one product_status row: {"fixed"|"last_affected"|"exact": v, "qualifier": q}."""
-    t = (text or "").strip()
+    t = _str(text, "a %s row's version text" % status).strip()
     for rx, key in ((_PRIOR, "before"), (_UPTO, "last_affected"), (_EXACT, "exact")):
         m = rx.match(t)
         if m:
             return {key: m.group(1), "qualifier": (m.group(2) or "").strip() or None}
-    raise CsafError("cannot read the version text %r of a %s row (expected 'All versions prior to X', "
-                    "'All versions up to and including X' or a version)" % (text, status))
+    raise CsafError("cannot read the version text %s of a %s row (expected 'All versions prior to X', "
+                    "'All versions up to and including X' or a version)" % (catalog_v2.short(text), status))
 
 
 def _version(component, text):
@@ -133,37 +290,47 @@ def _version(component, text):
 
 
 def _score(vuln, product_ids, problems):
+    cve = vuln["cve"]
     chosen = None
-    for s in vuln.get("scores") or []:
-        if "cvss_v3" not in s:
+    for n, sc in enumerate(_arr(vuln.get("scores"), "%s scores" % cve)):
+        _obj(sc, "%s scores[%d]" % (cve, n))
+        if "cvss_v3" not in sc:
             continue
-        if chosen is None or set(s.get("products") or []) & product_ids:
-            chosen = s["cvss_v3"]
-            if set(s.get("products") or []) & product_ids:
+        products = set(p for p in _arr(sc.get("products"), "%s scores[%d].products" % (cve, n)) if isinstance(p, str))
+        if chosen is None or products & product_ids:
+            chosen = _obj(sc["cvss_v3"], "%s scores[%d].cvss_v3" % (cve, n))
+            if products & product_ids:
                 break
     if chosen is None:
-        raise CsafError("%s has no cvss_v3 score" % vuln.get("cve"))
-    score = float(chosen["baseScore"])
-    vector = chosen["vectorString"]
+        raise CsafError("%s has no cvss_v3 score" % cve)
+    score = chosen.get("baseScore")
+    if not catalog_v2.is_finite_number(score) or not 0 <= score <= 10:
+        raise CsafError("%s: cvss_v3.baseScore must be a number from 0 to 10, got %s" % (cve, catalog_v2.short(score)))
+    score = float(score)
+    vector = _str(chosen.get("vectorString"), "%s cvss_v3.vectorString" % cve)
+    if not catalog_v2.CVSS_VECTOR_RE.match(vector):
+        raise CsafError("%s: CVSS vector %s does not parse" % (cve, catalog_v2.short(vector)))
     if CVSS3 is not None:
         try:
             computed = float(CVSS3(vector).base_score)
         except Exception as exc:  # the cvss library raises its own error classes
-            raise CsafError("%s: CVSS vector %r does not parse: %s" % (vuln.get("cve"), vector, exc))
+            raise CsafError("%s: CVSS vector %r does not parse: %s" % (cve, vector, exc))
         if computed != score:
-            problems.append("%s: vector %s scores %s, the document says %s" % (vuln.get("cve"), vector, computed, score))
-    version = chosen.get("version") or vector.split("/")[0].split(":")[1]
+            problems.append("%s: vector %s scores %s, the document says %s" % (cve, vector, computed, score))
+    version = _str(chosen.get("version"), "%s cvss_v3.version" % cve) or vector.split("/")[0].split(":")[1]
     return {"version": _Quoted(version), "base_score": score, "vector": vector}
 
 
 def _remediation_texts(vuln, product_ids):
     fix, mitig = [], []
-    for r in vuln.get("remediations") or []:
-        if not set(r.get("product_ids") or []) & product_ids:
+    for n, r in enumerate(_arr(vuln.get("remediations"), "%s remediations" % vuln["cve"])):
+        rw = "%s remediations[%d]" % (vuln["cve"], n)
+        _obj(r, rw)
+        if not set(p for p in _arr(r.get("product_ids"), rw + ".product_ids") if isinstance(p, str)) & product_ids:
             continue
-        text = _text(r.get("details"))
+        text = _text(_str(r.get("details"), rw + ".details"))
         if r.get("url"):
-            text += " (%s)" % r["url"]
+            text += " (%s)" % _str(r["url"], rw + ".url")
         if r.get("category") == "vendor_fix":
             fix.append(text)
         elif r.get("category") in ("mitigation", "workaround"):
@@ -189,36 +356,50 @@ def import_advisory(doc, path=None, verified=None):
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("document"), dict):
         raise CsafError("not a CSAF document (no 'document' object)")
+    check_depth(doc)
     meta = doc["document"]
     if str(meta.get("csaf_version")) != "2.0":
-        raise CsafError("csaf_version is %r; this importer reads CSAF 2.0" % meta.get("csaf_version"))
+        raise CsafError("csaf_version is %s; this importer reads CSAF 2.0" % catalog_v2.short(meta.get("csaf_version")))
     if meta.get("category") not in ("csaf_security_advisory", "csaf_vex", "csaf_base"):
-        raise CsafError("document category %r is not an advisory" % meta.get("category"))
-    tracking = meta.get("tracking") or {}
+        raise CsafError("document category %s is not an advisory" % catalog_v2.short(meta.get("category")))
+    tracking = _obj(meta.get("tracking"), "document.tracking", optional=True)
     if not tracking.get("id"):
         raise CsafError("document.tracking.id is missing")
+    if isinstance(tracking["id"], bool) or not isinstance(tracking["id"], (str, int)) \
+            or not ADVISORY_ID.match(str(tracking["id"])):
+        raise CsafError("document.tracking.id %s is not an advisory id (letters, digits, '.', '_', '-')"
+                        % catalog_v2.short(tracking["id"]))
+    revision = tracking.get("version", "")
+    if isinstance(revision, bool) or not isinstance(revision, (str, int)):
+        raise CsafError("document.tracking.version must be a string, got %s" % _kind(revision))
     verified = verified or datetime.date.today().isoformat()
     advisory = {
-        "publisher": (meta.get("publisher") or {}).get("name", ""),
+        "publisher": _str(_obj(meta.get("publisher"), "document.publisher", optional=True).get("name"),
+                          "document.publisher.name"),
         "id": _Quoted(str(tracking["id"])),
-        "title": meta.get("title", ""),
-        "revision": _Quoted(str(tracking.get("version", ""))),
-        "date": _Quoted(str(tracking.get("current_release_date", ""))[:10]),
+        "title": _str(meta.get("title"), "document.title"),
+        "revision": _Quoted(str(revision)),
+        "date": _Quoted(_str(tracking.get("current_release_date"), "document.tracking.current_release_date")[:10]),
     }
     rows = product_rows(doc)
     urls = source_urls(doc, path)
     skipped, warnings, entries = {}, [], {}
     seen_skip = set()
-    for vuln in doc.get("vulnerabilities") or []:
+    for n, vuln in enumerate(_arr(doc.get("vulnerabilities"), "vulnerabilities")):
+        _obj(vuln, "vulnerabilities[%d]" % n)
         cve = vuln.get("cve")
         if not cve:
             raise CsafError("a vulnerability without a cve id")
+        if not isinstance(cve, str) or not CVE_ID.match(cve):
+            raise CsafError("vulnerabilities[%d].cve %s is not a CVE id" % (n, catalog_v2.short(cve)))
         per_comp = {}
+        product_status = _obj(vuln.get("product_status"), "%s product_status" % cve, optional=True)
         for status in ("known_affected", "last_affected", "fixed", "first_fixed"):
-            for pid in (vuln.get("product_status") or {}).get(status) or []:
-                row = rows.get(pid)
+            for pid in _arr(product_status.get(status), "%s product_status.%s" % (cve, status)):
+                row = rows.get(pid) if isinstance(pid, str) else None
                 if row is None:
-                    raise CsafError("%s: product_status.%s names %r, which the product_tree lacks" % (cve, status, pid))
+                    raise CsafError("%s: product_status.%s names %s, which the product_tree lacks"
+                                    % (cve, status, catalog_v2.short(pid)))
                 where = classify(row)
                 if where is None:
                     key = "%s %s" % (row.get("arch"), row.get("product"))
@@ -284,12 +465,13 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
     score = _score(vuln, pids, problems)
     warnings.extend(problems)
     cve_obj = {"id": cve, "cvss": score}
-    if (vuln.get("cwe") or {}).get("id"):
-        cve_obj["cwe"] = vuln["cwe"]["id"]
+    cwe = _obj(vuln.get("cwe"), "%s cwe" % cve, optional=True)
+    if cwe.get("id"):
+        cve_obj["cwe"] = _str(cwe["id"], "%s cwe.id" % cve)
     summary = ""
-    for note in vuln.get("notes") or []:
-        if note.get("category") in ("summary", "description"):
-            summary = _text(note.get("text"))
+    for n, note in enumerate(_arr(vuln.get("notes"), "%s notes" % cve)):
+        if _obj(note, "%s notes[%d]" % (cve, n)).get("category") in ("summary", "description"):
+            summary = _text(_str(note.get("text"), "%s notes[%d].text" % (cve, n)))
             break
     fix_texts, mitig_texts = _remediation_texts(vuln, pids)
     if fix_texts:
@@ -377,3 +559,159 @@ def dump_entries(entries):
                for e in entries]
     return yaml.dump(ordered, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100,
                      allow_unicode=True)
+
+
+# --------------------------------------------------------------------------- several documents, merge
+
+
+def _revision_key(advisory):
+    """Order of revisions of one advisory: the numbers of ``revision`` (trailing zeros dropped;
+    ``1.0``, ``1.0.0`` and ``1`` are the same revision), the release date only where no number
+    is given."""
+    numbers = [int(n) for n in re.findall(r"\d+", str(advisory.get("revision", "")))[:8]]
+    while numbers and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers), "" if numbers else str(advisory.get("date", ""))
+
+
+def combine(results):
+    """One entry per id across documents: ``({component: [entries]}, notes)``.
+
+    ``results``: ``[(path, import_advisory(...))]`` in command-line order. Two revisions of one
+    bulletin generate the same ids: the newer revision (``_revision_key``) wins and a note says
+    which file replaced which. The same revision twice (the same file given twice) counts once.
+    Raises CsafError naming the files when the same id comes from two different bulletins, or
+    from one revision with different content: a person decides those.
+    """
+    chosen, notes = {}, []
+    for path, result in results:
+        for component, entries in sorted(result["entries"].items()):
+            for entry in entries:
+                prev = chosen.get(entry["id"])
+                if prev is None:
+                    chosen[entry["id"]] = (entry, component, path)
+                    continue
+                old, _comp, old_path = prev
+                if old == entry:
+                    continue
+                old_adv, new_adv = old["advisory"], entry["advisory"]
+                if str(old_adv["id"]) != str(new_adv["id"]):
+                    raise CsafError("entry %s comes from advisory %s (%s) and advisory %s: merge them by hand"
+                                    % (entry["id"], old_adv["id"], old_path, new_adv["id"]), path)
+                if _revision_key(old_adv) == _revision_key(new_adv):
+                    raise CsafError("entry %s: revision %s of advisory %s differs from %s, which claims the same "
+                                    "revision" % (entry["id"], new_adv["revision"], new_adv["id"], old_path), path)
+                if _revision_key(new_adv) > _revision_key(old_adv):
+                    chosen[entry["id"]] = (entry, component, path)
+                    notes.append("%s: revision %s (%s) replaces revision %s (%s)"
+                                 % (entry["id"], new_adv["revision"], path, old_adv["revision"], old_path))
+                else:
+                    notes.append("%s: revision %s (%s) is kept over revision %s (%s)"
+                                 % (entry["id"], old_adv["revision"], old_path, new_adv["revision"], path))
+    out = {}
+    for entry, component, _path in chosen.values():
+        out.setdefault(component, []).append(entry)
+    for entries in out.values():
+        entries.sort(key=lambda e: e["id"])
+    return out, notes
+
+
+def _plain(value):
+    """``value`` as YAML reads it back (``_Quoted`` -> str, tuples -> lists)."""
+    if isinstance(value, dict):
+        return dict((str(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, str) else value
+
+
+def plan_merge(directory, generated):
+    """The catalog files ``--merge`` would write, validated in memory: ``(changes, lines)``.
+
+    ``changes`` maps each file to its new text (the old text with the new entries appended, or a
+    new component file); ``lines`` says per component what happens. Entries whose id the
+    catalog has are never rewritten. Before anything is written the merged catalog, every file
+    as it would be, goes through the audit's own reader (``catalog_v2.parse_document``) and
+    validator (``catalog_v2.validate_catalog``: schema rules in code, ranges, CVSS severities,
+    ids unique across files), each appended block must read back as exactly the new entries,
+    and with ``jsonschema`` installed the documents go through the JSON schema too. Raises
+    catalog_v2.CatalogError (or OSError) when anything fails: then nothing may be written.
+    """
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import driver_catalog_ctl
+
+    texts = {}
+    for name in catalog_v2.catalog_files(directory):
+        path = os.path.join(directory, name)
+        with open(path, "rb") as f:
+            texts[path] = f.read().decode("utf-8")
+    current = dict((path, catalog_v2.parse_document(text, path)) for path, text in texts.items())
+    try:
+        existing = catalog_v2.validate_catalog(list(current.values()))
+    except catalog_v2.CatalogError as exc:
+        raise catalog_v2.CatalogError("the catalog in %s is invalid before the merge: %s" % (directory, exc))
+    have = set(e["id"] for e in existing)
+    changes, appended, lines = {}, {}, []
+    for component, entries in sorted(generated.items()):
+        target = os.path.join(directory, "%s.yml" % component)
+        new = [e for e in entries if e["id"] not in have]
+        if not new:
+            lines.append("%s: nothing new" % target)
+            continue
+        base = texts.get(target)
+        if base is None:
+            base = ("---\nschema_version: 2\ncomponent: %s\nversion_scheme: %s\nentries:\n"
+                    % (component, catalog_v2.COMPONENT_SCHEMES[component]))
+        elif not base.endswith("\n"):
+            base += "\n"
+        block = dump_entries(new)
+        changes[target] = base + "\n" + "".join("  " + line if line.strip() else line
+                                                for line in block.splitlines(True))
+        appended[target] = new
+        lines.append("%s: appended %d entr%s" % (target, len(new), "y" if len(new) == 1 else "ies"))
+    merged = dict(current)
+    for path, text in changes.items():
+        doc = catalog_v2.parse_document(text, path)
+        before = (current.get(path) or {}).get("entries") or []
+        after = doc.get("entries") if isinstance(doc, dict) else None
+        if not isinstance(after, list) or _plain(after) != _plain(before) + _plain(appended[path]):
+            raise catalog_v2.CatalogError("%s: the appended entries do not read back as written (is the file's last "
+                                          "entry list the document's top-level 'entries'?)" % path)
+        merged[path] = doc
+    docs = [merged[path] for path in sorted(merged)]
+    catalog_v2.validate_catalog(docs)
+    driver_catalog_ctl.check_schema(docs, "merged catalog")
+    return changes, lines
+
+
+def write_files(changes):
+    """Write every file of ``changes`` ({path: text}) atomically: all temporary files are written
+    and synced first, then each replaces its target (same directory, same mode, or 0644 for a
+    new file); on a failure before the renames every temporary file is removed."""
+    staged = []
+    try:
+        for path, text in sorted(changes.items()):
+            directory = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                try:
+                    mode = stat.S_IMODE(os.stat(path).st_mode)
+                except FileNotFoundError:
+                    mode = 0o644
+                os.fchmod(f.fileno(), mode)
+                os.fsync(f.fileno())
+    except BaseException:
+        for tmp, _path in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+    for directory in sorted(set(os.path.dirname(os.path.abspath(p)) for p in changes)):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

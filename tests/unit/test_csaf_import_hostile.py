@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+"""The CSAF importer against malformed documents, and ``--merge`` of two revisions of one bulletin.
+
+* Every path of a real bulletin (tests/fixtures/csaf/5659.json) is replaced by values of the
+  wrong type, and every key dropped: ``import_advisory`` either converts the document or raises
+  CsafError/CatalogError naming the problem, never another exception.
+* Malformed files (empty, not UTF-8, NaN, truncated, 200,000 levels deep, larger than the bound,
+  a FIFO, a directory, a symlink loop) through the real CLI: exit 2, ``error: FILE: reason`` on
+  stderr, no traceback, no hang.
+* ``--merge`` of revisions 1.0.0 and 2.0.0 of bulletin 5659 (four components): every id once,
+  the newer revision's entries, in either order, and the result loads with the audit's loader;
+  a merge the catalog would not accept writes nothing (files unchanged by sha256).
+"""
+import copy
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import csaf_import as ci
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import driver_catalog_ctl as ctl
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIX = os.path.join(REPO, "tests", "fixtures", "csaf")
+SCRIPT = os.path.join(REPO, "scripts", "import_csaf.py")
+V2 = os.path.join(REPO, "catalog", "v2")
+
+
+def load(aid):
+    with open(os.path.join(FIX, "%s.json" % aid)) as f:
+        return json.load(f)
+
+
+def run(*args, timeout=300):
+    res = subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True, text=True, timeout=timeout,
+                         check=False)
+    assert "Traceback" not in res.stderr + res.stdout, res.stderr[-3000:]
+    return res
+
+
+def snapshot(root):
+    """sha256 of every regular file under ``root``, the kind of everything else (never opened)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(str(root)):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    out[path] = hashlib.sha256(f.read()).hexdigest()
+            else:
+                out[path] = "kind %o" % stat.S_IFMT(st.st_mode)
+    return out
+
+
+# ------------------------------------------------------------------------------ wrong types everywhere
+
+WRONG = [None, True, 0, -1, 1e308, "", "x", "9.8", [], {}, [None], {"a": None}, ["x"], [[]], "CVE-1"]
+
+
+def _paths(value, path=()):
+    yield path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, path + (k,))
+    elif isinstance(value, list):
+        for n, v in enumerate(value):
+            yield from _paths(v, path + (n,))
+
+
+def _mutated(doc, path, value=None, drop=False):
+    out = copy.deepcopy(doc)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    if drop:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize("aid", ["5659", "5630"])
+def test_wrong_types_and_missing_keys_anywhere_raise_a_named_error(aid):
+    base = load(aid)
+    paths = [p for p in _paths(base) if p]
+    converted = refused = 0
+    for path in paths:
+        cases = [(repr(v), _mutated(base, path, v)) for v in WRONG] + [("dropped", _mutated(base, path, drop=True))]
+        for what, doc in cases:
+            try:
+                ci.import_advisory(doc, path="2025/%s/%s.json" % (aid, aid), verified="2026-11-23")
+                converted += 1
+            except (ci.CsafError, cv.CatalogError) as exc:
+                assert str(exc), (path, what)
+                assert len(str(exc)) < 2000, (path, what, str(exc)[:200])
+                refused += 1
+            except Exception as exc:  # pylint: disable=broad-except
+                pytest.fail("%s at %s: %s: %s" % (what, "/".join(map(str, path)), type(exc).__name__, exc))
+    assert len(paths) > 150 and refused > 500 and converted > 100, (len(paths), refused, converted)
+
+
+def test_deep_product_tree_and_huge_strings_are_refused_or_bounded():
+    doc = load("5659")
+    branches = doc["product_tree"]["branches"]
+    for _level in range(1000):
+        branches = [{"category": "vendor", "name": "x", "branches": branches}]
+    doc["product_tree"]["branches"] = branches
+    with pytest.raises(ci.CsafError, match="nested deeper than 32 levels"):
+        ci.import_advisory(doc)
+    doc = load("5659")
+    doc["document"]["tracking"]["id"] = "5" * (1 << 20)
+    with pytest.raises(ci.CsafError) as err:
+        ci.import_advisory(doc)
+    assert len(str(err.value)) < 400
+    doc = load("5659")
+    doc["vulnerabilities"][0]["scores"][0]["cvss_v3"]["baseScore"] = float("nan")
+    with pytest.raises(ci.CsafError, match="baseScore must be a number from 0 to 10"):
+        ci.import_advisory(doc)
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"", "not JSON"),
+    (b"null", "not a CSAF document"),
+    (b"[]", "not a CSAF document"),
+    (b"\xff\xfe{\x00}\x00", "not UTF-8"),
+    (b'{"document": "\xe9t\xe9"}', "not UTF-8"),
+    (b'{"document": NaN}', "NaN is not JSON"),
+    (b'{"x": -Infinity}', "-Infinity is not JSON"),
+    (b'{"document": {"csaf_version": "2.0"', "not JSON"),
+    (b"[" * 200000 + b"]" * 200000, "nested deeper than 32 levels"),
+    (b'{"a":' * 100000 + b"1" + b"}" * 100000, "nested deeper than 32 levels"),
+    (b'{"s": "' + b"[" * 100 + b'"}', "not a CSAF document"),  # brackets in a string are text
+])
+def test_parse_json_bounds(data, message):
+    with pytest.raises(ci.CsafError, match=message):
+        ci.import_advisory(ci.parse_json(data))
+
+
+def test_a_document_over_the_size_bound_is_not_read(tmp_path):
+    path = tmp_path / "huge.json"
+    with open(str(path), "wb") as f:
+        f.truncate(ci.MAX_BYTES + 1)
+    with pytest.raises(ci.CsafError, match="larger than"):
+        ci.read_document(str(path))
+
+
+def test_the_deadline_interrupts_a_runaway_conversion():
+    with pytest.raises(ci.DeadlineExceeded, match="took longer than"):
+        with ci.deadline(0.05):
+            while True:
+                pass
+
+
+def _files(tmp_path):
+    d = tmp_path / "docs"
+    d.mkdir()
+    out = {}
+
+    def put(name, data):
+        path = d / name
+        path.write_bytes(data)
+        out[name] = str(path)
+
+    put("empty.json", b"")
+    put("latin1.json", json.dumps(load("5586")).encode().replace(b"NVIDIA", b"NVIDIA\xe9"))
+    put("nan.json", json.dumps(dict(load("5586"), x=float("nan"))).encode())
+    put("deep.json", b"[" * 200000 + b"]" * 200000)
+    put("types.json", json.dumps(dict(load("5586"), vulnerabilities={"cve": 1})).encode())
+    put("keys.json", json.dumps({"document": {"csaf_version": "2.0", "category": "csaf_security_advisory",
+                                              "tracking": {"id": "1"}}, "product_tree": {"branches": [1]}}).encode())
+    put("branch.json", json.dumps(dict(load("5586"), product_tree={"branches": [{"branches": "x"}]})).encode())
+    with open(str(d / "huge.json"), "wb") as f:
+        f.truncate(ci.MAX_BYTES + 10)
+    out["huge.json"] = str(d / "huge.json")
+    os.mkfifo(str(d / "fifo.json"))
+    out["fifo.json"] = str(d / "fifo.json")
+    os.symlink(str(d / "loop.json"), str(d / "loop2.json"))
+    os.symlink(str(d / "loop2.json"), str(d / "loop.json"))
+    out["loop.json"] = str(d / "loop.json")
+    (d / "dir.json").mkdir()
+    out["dir.json"] = str(d / "dir.json")
+    out["missing.json"] = str(d / "missing.json")
+    return out
+
+
+def test_cli_refuses_each_malformed_file_with_a_message(tmp_path):
+    files = _files(tmp_path)
+    catalog = tmp_path / "v2"
+    catalog.mkdir()
+    before = snapshot(tmp_path)
+    for name, path in sorted(files.items()):
+        for mode in ([], ["--merge", str(catalog)], ["--check", V2]):
+            res = run(*(mode + [os.path.join(FIX, "5586.json"), path]))
+            assert res.returncode == 2, (name, mode, res.stderr[-500:])
+            lines = res.stderr.strip().splitlines()
+            assert lines[-1].startswith("error: %s: " % path), (name, lines[-1:])
+            assert len(lines[-1]) < 800
+    assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------ --merge
+
+
+def revisions(tmp_path):
+    """Revision 1.0.0 (older, a different fix) and 2.0.0 (the real document) of bulletin 5659."""
+    d = tmp_path / "2025" / "5659"
+    d.mkdir(parents=True)
+    new = load("5659")
+    old = copy.deepcopy(new)
+    old["document"]["tracking"].update(version="1.0.0", current_release_date="2025-07-15T00:00:00Z")
+    for branch in old["product_tree"]["branches"][0]["branches"][0]["branches"]:
+        if branch["product"]["name"] == "1.17.8":
+            branch["product"]["name"] = "1.17.9"
+    (d / "old").mkdir()
+    (d / "old" / "5659.json").write_text(json.dumps(old))
+    (d / "5659.json").write_text(json.dumps(new))
+    return str(d / "old" / "5659.json"), str(d / "5659.json")
+
+
+@pytest.mark.parametrize("order", ["old-first", "new-first"])
+def test_merging_two_revisions_keeps_each_id_once_from_the_newer_revision(tmp_path, order):
+    old, new = revisions(tmp_path)
+    catalog = tmp_path / "v2"
+    catalog.mkdir()
+    docs = [old, new] if order == "old-first" else [new, old]
+    res = run("--merge", str(catalog), "--verified", "2026-11-23", *docs)
+    assert res.returncode == 0, res.stderr
+    assert ("replaces revision 1.0.0" if order == "old-first" else "is kept over revision 1.0.0") in res.stderr
+    assert sorted(os.listdir(str(catalog))) == ["container-toolkit.yml", "device-plugin.yml", "gpu-operator.yml",
+                                                "mig-manager.yml"]
+    ctl._CACHE.clear()
+    _docs, entries = ctl.load_bundled_docs(str(catalog))  # the audit's loader accepts the result
+    ids = [e["id"] for e in entries]
+    assert len(ids) == len(set(ids)) == 8
+    assert set(e["advisory"]["revision"] for e in entries) == {"2.0.0"}
+    ctk = [e for e in entries if e["id"] == "ctk-cve-2025-23266"][0]
+    assert ctk["affected"][0]["fixed"] == "1.17.8"
+    again = run("--merge", str(catalog), old, new)  # nothing new, nothing rewritten
+    assert again.returncode == 0 and again.stderr.count("nothing new") == 4
+
+
+def test_one_revision_with_two_contents_is_refused_and_nothing_is_written(tmp_path):
+    old, new = revisions(tmp_path)
+    with open(old) as f:
+        doc = json.load(f)
+    doc["document"]["tracking"]["version"] = "2.0"  # claims the revision of the other file
+    with open(old, "w") as f:
+        json.dump(doc, f)
+    catalog = tmp_path / "v2"
+    catalog.mkdir()
+    (catalog / "driver.yml").write_bytes(open(os.path.join(V2, "driver.yml"), "rb").read())
+    before = snapshot(catalog)
+    res = run("--merge", str(catalog), new, old)
+    assert res.returncode == 2 and "claims the same revision" in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: %s: " % old)
+    assert snapshot(catalog) == before
+
+
+def test_a_merge_the_catalog_would_refuse_writes_nothing(tmp_path):
+    catalog = tmp_path / "v2"
+    catalog.mkdir()
+    # 'entries' is not the file's last key: appended entries would land elsewhere
+    (catalog / "container-toolkit.yml").write_text(
+        "schema_version: 2\nentries:\n  - id: ctk-site\n    kind: defect\n    title: t\n    severity: low\n"
+        "    affected: [{fixed: \"1.0.1\"}]\n    remediation: r\n"
+        "    sources: [{url: \"https://example.com/\", verified: \"2026-01-01\"}]\n"
+        "component: container-toolkit\nversion_scheme: semver\n")
+    (catalog / "driver.yml").write_bytes(open(os.path.join(V2, "driver.yml"), "rb").read())
+    before = snapshot(tmp_path)
+    res = run("--merge", str(catalog), os.path.join(FIX, "5659.json"))
+    assert res.returncode == 2 and "nothing written" in res.stderr, res.stderr
+    assert snapshot(tmp_path) == before
+    # an invalid catalog is refused before anything is planned
+    (catalog / "driver.yml").write_text((catalog / "driver.yml").read_text().replace("https://", "javascript://", 1))
+    before = snapshot(tmp_path)
+    res = run("--merge", str(catalog), os.path.join(FIX, "5850.json"))
+    assert res.returncode == 2 and "invalid before the merge" in res.stderr and "url" in res.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_plan_merge_validates_with_the_audits_reader_in_memory(tmp_path):
+    catalog = tmp_path / "v2"
+    catalog.mkdir()
+    generated, _notes = ci.combine([("5850.json", ci.import_advisory(load("5850"), verified="2026-11-23"))])
+    changes, lines = ci.plan_merge(str(catalog), generated)
+    assert os.listdir(str(catalog)) == []  # planning writes nothing
+    assert sorted(os.path.basename(p) for p in changes) == ["container-toolkit.yml", "gpu-operator.yml"]
+    assert all("appended 1 entry" in line for line in lines)
+    docs = [cv.parse_document(text, path) for path, text in changes.items()]
+    assert len(cv.validate_catalog(docs)) == 2
+    ci.write_files(changes)
+    assert sorted(os.listdir(str(catalog))) == ["container-toolkit.yml", "gpu-operator.yml"]  # no temp file left
+    assert oct(os.stat(str(catalog / "gpu-operator.yml")).st_mode & 0o777) == "0o644"
