@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
         hostvars = (task_vars or {}).get("hostvars", {})
         nodes = []
         for host in args["hosts"]:
-            hv = hostvars.get(host, {})
+            hv = hostvars[host] if host in hostvars else {}  # Mapping.get raises for a host not in the inventory (2.19)
             audit = hv.get("kubegpu_audit")
             name = hv.get("kubegpu_node_name") or host
             if isinstance(audit, dict) and audit.get("status") == "audited":
