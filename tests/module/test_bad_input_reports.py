@@ -33,7 +33,7 @@ INF = "{{ 'inf' | float }}"
 def _ctk_doc(url="https://example.com/advisory", score=9.0, **over):
     entry = {"id": "site-ctk-cve-2025-23266", "kind": "security", "title": "t", "severity": "critical",
              "cves": [{"id": "CVE-2025-23266", "cvss": {"version": "3.1", "base_score": score,
-                                                         "vector": "CVSS:3.1/AV:A/AC:L/PR:L/UI:N/S:C/C:H/I:H/A:H"}}],
+                                                        "vector": "CVSS:3.1/AV:A/AC:L/PR:L/UI:N/S:C/C:H/I:H/A:H"}}],
              "affected": [{"introduced": "1.17.0", "fixed": "1.17.8"}], "remediation": "upgrade",
              "advisory": {"id": "5659", "revision": "2.0.0", "date": "2025-08-12"},
              "sources": [{"url": url, "verified": "2026-11-23"}]}
