@@ -33,6 +33,7 @@ PARTS = [
     "audit_throughput",    # 1. audit vs by-hand baseline (20-node lab)
     "rollout_overhead",    # 3. rolling_reboot against the floor from its own API history (6-node lab)
     "rollout_window",      # 3b. the sliding window on heterogeneous reboot times vs the ideal schedule (6-node lab)
+    "gpu_repair",          # 5. GPU repair: a GPU reset against a reboot (2-node lab)
     "scale_model",         # 4. scale model from audit_throughput's measurements
 ]
 

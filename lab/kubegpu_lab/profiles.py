@@ -341,6 +341,8 @@ XID_MESSAGES = {
     # ("Record format"); any other Xid needs its text in the profile
     79: "GPU has fallen off the bus.",
     63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    # NVIDIA/open-gpu-kernel-modules kern_gpu_error_cont_ga100.c, the example of _gpuGenerateErrorLog
+    94: "Contained: CE User Channel (0x9). RST: No, D-RST: No",
 }
 
 
@@ -391,9 +393,17 @@ def _validate_gpu_health(node, where):
         count = ev.get("count", 1)
         if not isinstance(count, int) or not 1 <= count <= 100:
             raise LabError("%s: node %s: gpus.xid count must be 1..100, not %r" % (where, name, count))
+        # the MIG instance the driver attributes the Xid to ("(PCI:... GPU-I:01 GPU-CI:00)")
+        for key in ("gpu_instance", "compute_instance"):
+            v = ev.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 99):
+                raise LabError("%s: node %s: gpus.xid %s must be 0..99, not %r" % (where, name, key, v))
+        if ev.get("compute_instance") is not None and ev.get("gpu_instance") is None:
+            raise LabError("%s: node %s: gpus.xid compute_instance needs gpu_instance" % (where, name))
         node["xid_events"].append({"gpu": _gpu_index(ev["gpu"], node, where, "xid"), "xid": ev["xid"],
                                    "text": str(text), "pid": ev.get("pid"), "process": ev.get("process"),
-                                   "count": count})
+                                   "count": count, "gpu_instance": ev.get("gpu_instance"),
+                                   "compute_instance": ev.get("compute_instance")})
 
 
 def kubelet_config(node):

@@ -61,6 +61,8 @@ def fault_node_config():
     ({"count": 2, "health": {0: "bad"}}, "gpus.health of GPU 0 must be a mapping"),
     ({"count": 2, "xid": [{"gpu": 0, "xid": 31}]}, "Xid 31 has no built-in message: give the entry a text"),
     ({"count": 2, "xid": [{"gpu": 0}]}, "a gpus.xid entry needs gpu (an index) and xid (a number)"),
+    ({"count": 2, "xid": [{"gpu": 0, "xid": 94, "gpu_instance": "x"}]}, "gpus.xid gpu_instance must be 0..99"),
+    ({"count": 2, "xid": [{"gpu": 0, "xid": 94, "compute_instance": 0}]}, "compute_instance needs gpu_instance"),
 ])
 def test_profile_hardware_keys_are_validated(gpus, message):
     doc = {"nodes": [{"name": "n", "gpus": gpus}]}
@@ -196,6 +198,53 @@ def test_no_hardware_finding_on_the_control_node(audit):
     assert xid and xid["source"] == "kmsg" and xid["events"] == 0, xid
     presence = find_key(res.task(PROBE_TASK, host="hw-control")["probes"]["gpu_facts"], "presence")
     assert presence and presence.get("compared") is True and not presence.get("missing"), presence
+
+
+def test_what_the_driver_reports_itself_on_the_nvidia_node(audit):
+    """hw-nvidia: the MIG-attributed Xid 94 keeps its instance and only restarts the job; the
+    driver's drain-and-reset verdict decides GPU 1 (Xid 48 + 154 in the log, a row pending);
+    GPU 2's link trained x8 of x16 under load and replaying is a warning."""
+    res, report = audit
+    found = node_findings(report, "hw-nvidia")
+    assert {"gpu.xid", "gpu.recovery_action", "gpu.reset_required", "gpu.pcie_degraded"} <= set(found), sorted(found)
+    assert not {"gpu.missing", "gpu.rma"} & set(found), sorted(found)
+    xid = dict((g["bus_id"], g) for g in found["gpu.xid"]["evidence"]["gpus"])
+    assert xid[GPU0]["mig"] == {"GI 1 CI 0": {"gpu_instance": 1, "compute_instance": 0, "counts": {"94": 1}}}
+    assert xid[GPU0]["action"] == "restart_app"
+    assert (xid[GPU1]["catalog_action"], xid[GPU1]["driver_action"], xid[GPU1]["action"]) == \
+        ("reset_gpu", "drain_and_reset", "reset_gpu")
+    assert found["gpu.recovery_action"]["severity"] == "critical"
+    assert gpu_bus_ids(found["gpu.recovery_action"]) == {GPU1}
+    assert gpu_bus_ids(found["gpu.reset_required"]) == {GPU1}
+    assert found["gpu.pcie_degraded"]["severity"] == "warning" and gpu_bus_ids(found["gpu.pcie_degraded"]) == {GPU2}
+    facts = res.task(PROBE_TASK, host="hw-nvidia")["probes"]["gpu_facts"]
+    assert find_key(facts, "xid")["source"] == "kmsg"
+
+
+def test_a_gpu_reset_applies_the_remap_without_a_reboot(lab, audit, tmp_path):
+    """kubegpu.fleet.gpu_reset on hw-nvidia (the lab's fake nvidia-smi -r): GPU 1 is reset and
+    validated, the node keeps its boot, and the next audit no longer asks for the reset (the Xid
+    48/154 it cleared are counted as before the reset); GPU 2's link is still reported."""
+    from lib.ansible_runner import AnsibleRunner, ensure_collection_tree
+    node = lab.lab.node("hw-nvidia")
+    boot = node.boot_id()
+    runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), str(tmp_path))
+    play = [{"hosts": "hw-nvidia", "gather_facts": False, "tasks": [
+        {"name": "under test", "kubegpu.fleet.gpu_reset": {
+            "bus_ids": [GPU1], "sys_path": "{{ kubegpu_sys_path }}"}}]}]
+    res = runner.playbook(play, inventory=lab.inventory, env=dict(ENV, TMPDIR=str(tmp_path)), timeout=600)
+    assert res.rc == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    out = res.task("under test", host="hw-nvidia")
+    assert out["reset"] == [GPU1] and out["fallback"] is None and out["validation"] == [], out
+    assert node.boot_id() == boot
+    (tmp_path / "after").mkdir()
+    _res, after = run_audit(lab, str(tmp_path / "after"))
+    found = node_findings(after, "hw-nvidia")
+    assert not {"gpu.reset_required", "gpu.recovery_action"} & set(found), sorted(found)
+    xid = dict((g["bus_id"], g) for g in found["gpu.xid"]["evidence"]["gpus"])
+    assert xid[GPU1]["before_reset"] == 2 and xid[GPU1]["total"] == 0
+    assert found["gpu.xid"]["evidence"]["action"] == "restart_app"  # GPU 0's contained error only
+    assert gpu_bus_ids(found["gpu.pcie_degraded"]) == {GPU2}
 
 
 def test_a_reboot_applies_the_pending_remap_and_leaves_the_hardware_faults(lab, audit, tmp_path):

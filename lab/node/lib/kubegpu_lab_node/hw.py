@@ -119,7 +119,9 @@ def reset_health(state):
     a row marked for remapping is remapped (``remapped_rows.pending`` -> false, its count stays,
     as it does in NVML after the reset), pages pending retirement are retired
     (``retired_pages.pending`` -> false), the volatile ECC counters (since the driver loaded)
-    start again at 0. A remap failure, the aggregate counters and the retired pages stay."""
+    start again at 0, pending repairs are done and the driver's recovery verdict is None again
+    (as after the fake nvidia-smi -r). A remap failure, unrepairable memory, the aggregate
+    counters and the retired pages stay."""
     for gpu in state["gpus"]:
         health = gpu.get("health")
         if not isinstance(health, dict):
@@ -127,6 +129,14 @@ def reset_health(state):
         for key in ("remapped_rows", "retired_pages"):
             if isinstance(health.get(key), dict) and health[key].get("pending"):
                 health[key]["pending"] = False
+        if health.get("recovery_action") not in (None, False):
+            health["recovery_action"] = "none"
+        for key, fields in (("reset_status", ("reset_required", "drain_and_reset_recommended")),
+                            ("repair", ("channel_repair_pending", "tpc_repair_pending"))):
+            if isinstance(health.get(key), dict):
+                for name in fields:
+                    if health[key].get(name):
+                        health[key][name] = False
         ecc = health.get("ecc")
         if isinstance(ecc, dict):
             for name in list(ecc):
@@ -317,14 +327,21 @@ def kmsg_record(seq, usec, text, level=6):
 
 def xid_line(spec, event):
     """The driver's Xid record: ``NVRM: Xid (PCI:0000:2a:00): 79, pid=..., name=..., <text>``
-    (the ``pid=``/``name=`` part only when the profile gives them, as older drivers omit it)."""
+    (the ``pid=``/``name=`` part only when the profile gives them, as older drivers omit it);
+    for an Xid attributed to a MIG instance ``(PCI:0000:18:00 GPU-I:01 GPU-CI:00)``, the open
+    driver's format (kernel_rc.c)."""
     bdf = sysfs_bus_id(spec["pci_bus_id"])
     who = ""
     if event.get("pid") is not None:
         who += "pid=%s, " % event["pid"]
     if event.get("process"):
         who += "name=%s, " % event["process"]
-    return "NVRM: Xid (PCI:%s): %d, %s%s" % (bdf.rsplit(".", 1)[0], event["xid"], who, event["text"])
+    where = bdf.rsplit(".", 1)[0]
+    if event.get("gpu_instance") is not None:
+        where += " GPU-I:%02u" % event["gpu_instance"]
+        if event.get("compute_instance") is not None:
+            where += " GPU-CI:%02u" % event["compute_instance"]
+    return "NVRM: Xid (PCI:%s): %d, %s%s" % (where, event["xid"], who, event["text"])
 
 
 def write_kernel_log(cfg, driver_version, boot_number=1, path=KMSG_FILE):
