@@ -85,6 +85,16 @@ def test_unknown_xid_is_reported_not_hands_on(tmp_path):
     assert plan["cordon"] is False and plan["fix"] is False and plan["noted"] == ["gpu.xid"]
 
 
+def test_noted_findings_are_left_not_unresolved_after_the_rollout(tmp_path):
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import final_verdict
+    found = fd.evaluate_node({"nvidia": _nvidia(tmp_path, [0, 1, 2], log=[XID_300])})
+    plan = plan_node({"node": "n", "status": "audited", "findings": found})
+    report = {"nodes": [{"name": "n", "findings": [dict(f, node="n") for f in found]}]}
+    verdict = final_verdict(report, "warning", {"n": plan})
+    assert verdict["unresolved"] == [] and verdict["left_for_person"] == [
+        {"node": "n", "id": "gpu.xid", "severity": "warning"}]
+
+
 def test_fatal_sxid_reboots_nonfatal_is_noted(tmp_path):
     nv = _nvidia(tmp_path, [0, 1, 2])
     events, _stats = gpu_xid.parse_xid_events(SXID_NONFATAL)
