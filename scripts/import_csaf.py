@@ -20,6 +20,10 @@ stderr names both files); two bulletins, or one revision with different content,
 own reader and validator before writing; it writes nothing when that fails, and each file is
 replaced atomically when it succeeds.
 
+Every product row that does not become an entry is listed on stderr with the reason
+(``not imported: ...``); a product the importer does not know (neither a catalog component nor
+one it leaves out, csaf_import.NOT_IMPORTED) is an error.
+
 Exit status: 0 done, 1 --check found differences, 2 error. Any malformed document ends in
 `error: FILE: reason` on stderr and exit 2 (each document is bounded in size, nesting and time).
 """
@@ -51,6 +55,11 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, c
 
 
 MESSAGE_MAX = 600
+
+
+def _printable(text):
+    """A document's text as one terminal-safe line (control characters as '?')."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _error(where, exc):
@@ -94,8 +103,10 @@ def main(argv=None):
             result = _load(path, args.verified)
         except csaf_import.CsafError as exc:
             return _error(path, exc)
-        for key, n in sorted(result["skipped"].items()):
-            print("%s: skipped %d non-data-center row(s): %s" % (path, n, key), file=sys.stderr)
+        for row in result["skipped"]:
+            print(_printable("%s: not imported: %s (%s %s: %s): %s" % (
+                path, row["product_id"], row["product"], row["arch"], row["version_text"], row["reason"])),
+                file=sys.stderr)
         for w in result["warnings"]:
             print("%s: review: %s" % (path, w), file=sys.stderr)
         result["entries"] = dict((comp, entries) for comp, entries in result["entries"].items()

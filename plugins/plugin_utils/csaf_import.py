@@ -18,8 +18,9 @@ carry facts the catalog needs:
   current documents have none).
 
 Only the Linux data-center rows become entries (driver "Tesla" rows per branch, container
-toolkit, GPU Operator, device plugin, MIG manager, fabric manager); GeForce, RTX/Quadro,
-vGPU, guest-driver and Windows rows are counted in ``skipped``. One entry per CVE and
+toolkit, GPU Operator, device plugin, MIG manager, fabric manager, DCGM, DCGM Exporter);
+every other row (GeForce, RTX/Quadro, vGPU, guest-driver, Windows, ...) is listed in
+``skipped`` with the reason (``NOT_IMPORTED``), and a product in neither table is an error. One entry per CVE and
 component, with one affected item per driver branch. Row qualifiers that the format cannot
 carry ("only when CDI is enabled") go to ``notes`` and to ``warnings``: the maintainer turns
 them into structured conditions when reviewing.
@@ -62,18 +63,52 @@ ROWS = (
     ("device-plugin", re.compile(r"^NVIDIA (Kubernetes|K8s) Device Plugin$", re.I), re.compile(r"^(Linux|All|)$", re.I)),
     ("mig-manager", re.compile(r"^NVIDIA MIG Manager$", re.I), re.compile(r"^(Linux|All|)$", re.I)),
     ("fabric-manager", re.compile(r"^NVIDIA Fabric ?Manager$", re.I), re.compile(r"^(Linux|All|)$", re.I)),
+    # DCGM rows name the release line in the architecture ("All(4.5)"); the versions carry it too
+    ("dcgm", re.compile(r"^(NVIDIA )?(DCGM|Data Center GPU Manager)$", re.I),
+     re.compile(r"^(Linux|All|)(\s*\(\d+(\.\d+)*\))?$", re.I)),
+    ("dcgm-exporter", re.compile(r"^(NVIDIA )?DCGM[ -]Exporter$", re.I),
+     re.compile(r"^(Linux|All|)(\s*\(\d+(\.\d+)*\))?$", re.I)),
 )
+
+# Products NVIDIA's bulletins cover that are not catalog components, each with the reason the
+# importer gives for not importing its rows. A product name in neither ROWS nor this table is
+# an error: a person decides whether it is a new component or one more product to leave out.
+NOT_IMPORTED = (
+    (re.compile(r"^(GeForce|Studio|NVS|(NVIDIA )?RTX|(NVIDIA )?Quadro|(NVIDIA )?RTX ?PRO|GeForce, NVIDIA RTX/Quadro, NVS|"
+                r"NVIDIA RTX/ ?Quadro, NVS|NVIDIA RTX, Quadro, NVS|NVIDIA RTX PRO, RTX, Quadro)$", re.I),
+     "GeForce/RTX/Quadro/NVS/Studio driver rows: data-center GPU nodes run the data-center (Tesla) driver rows"),
+    (re.compile(r"^(Guest driver|vGPU software \(guest driver\)|NVIDIA Cloud Gaming ?\(guest driver\)|"
+                r"Cloud Gaming Guest Driver)$", re.I),
+     "vGPU guest driver rows: the catalog has no vGPU guest-driver component"),
+    (re.compile(r"^(Virtual GPU Manager|vGPU software \(Virtual GPU Manager\)|NVIDIA Cloud Gaming ?\(Virtual GPU Manager\)|"
+                r"Cloud Gaming Virtual GPU Manager)$", re.I),
+     "vGPU host software (Virtual GPU Manager): runs on the hypervisor, not on a Kubernetes node"),
+    (re.compile(r"^((NVIDIA )?CUDA Toolkit|nvJPEG|nvJPEG2000 Library|nvTIFF Library)$", re.I),
+     "CUDA Toolkit and its libraries: shipped inside application images, not a node component the audit versions"),
+    (re.compile(r"^NVIDIA KAI Scheduler$", re.I),
+     "KAI Scheduler: a cluster scheduler, not a catalog component"),
+    (re.compile(r"^(BlueField .*|ConnectX.*|Mellanox (DPDK|OFED).*|Upstream DPDK|NVIDIA DOCA.*|Cumulus Linux|NVOS)$", re.I),
+     "networking software and firmware (DOCA, OFED, DPDK, NIC/DPU/switch): not a catalog component"),
+    (re.compile(r"^(HGX.*|Hopper HGX.*|DGX.*)$", re.I),
+     "HGX/DGX firmware (HMC, BMC, VBIOS, NVSwitch): firmware is not a catalog component"),
+)
+WINDOWS_ARCH = re.compile(r"^Windows", re.I)
 
 ID_PREFIX = {
     "driver": "driver", "container-toolkit": "ctk", "gpu-operator": "gpu-operator",
     "device-plugin": "device-plugin", "mig-manager": "mig-manager", "fabric-manager": "fabric-manager",
+    "dcgm": "dcgm", "dcgm-exporter": "dcgm-exporter",
 }
 
 _V = r"v?(\d+(?:\.\d+)+(?:-[0-9A-Za-z.]+)?)"
-_PRIOR = re.compile(r"^All (?:driver )?versions? prior to " + _V + r"\s*(?:\((.*)\))?$", re.I)
-_UPTO = re.compile(r"^All (?:driver )?versions? (?:up to and including|prior to and including) " + _V
+_PRIOR = re.compile(r"^All (?:drivers? )?versions? prior to " + _V + r"\s*(?:\((.*)\))?$", re.I)
+_UPTO = re.compile(r"^All (?:drivers? )?versions? (?:up to and including|prior to and including) " + _V
                    + r"\s*(?:\((.*)\))?$", re.I)
 _EXACT = re.compile(r"^" + _V + r"\s*(?:\((.*)\))?$")
+# "0.0  to 4.5.2" (a range, both ends affected) and "2.3.4 and 2.3.5 (latest)" (fixed releases)
+_RANGE = re.compile(r"^" + _V + r"\s+to\s+" + _V + r"\s*(?:\((.*)\))?$", re.I)
+_AND = re.compile(r"^" + _V + r"(?:\s*(?:,|and)\s*" + _V + r")+\s*(?:\((.*)\))?$", re.I)
+_ZERO = re.compile(r"^0+(\.0+)*$")
 _TAG = re.compile(r"<[^>]+>")
 
 
@@ -262,26 +297,55 @@ def product_rows(doc):
 
 
 def classify(row):
-    """(component, branch) for a Linux data-center row, else None."""
+    """``(component, branch)`` for a row the catalog imports, ``(None, reason)`` for a row of a
+    product it leaves out (NOT_IMPORTED, Windows rows); raises CsafError for a product or
+    architecture this importer does not know."""
+    product, arch = (row.get("product") or "").strip(), (row.get("arch") or "").strip()
     for component, prod_re, arch_re in ROWS:
-        if prod_re.match(row.get("product") or ""):
-            m = arch_re.match(row.get("arch") or "")
-            if not m:
-                return None
-            branch = m.group(1) if component == "driver" else None
-            return component, branch
-    return None
+        if prod_re.match(product):
+            m = arch_re.match(arch)
+            if m:
+                return component, (m.group(1) if component == "driver" else None)
+            if WINDOWS_ARCH.match(arch):
+                return None, "Windows rows: Kubernetes GPU nodes run Linux"
+            raise CsafError("product %s: unknown architecture %s (not a Linux row this importer reads): add it to "
+                            "csaf_import.ROWS or NOT_IMPORTED" % (catalog_v2.short(product), catalog_v2.short(arch)))
+    for prod_re, reason in NOT_IMPORTED:
+        if prod_re.match(product):
+            return None, reason
+    raise CsafError("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
+                    "leaves out; add it to csaf_import.ROWS or NOT_IMPORTED"
+                    % (catalog_v2.short(product), catalog_v2.short(arch)))
 
 
 def parse_row_version(text, status):
-    """Version bounds of one product_status row: {"fixed"|"last_affected"|"exact": v, "qualifier": q}."""
+    """Version bounds of one product_status row: one of ``before``, ``last_affected`` (with
+    ``introduced`` for a range), ``exact`` (the lowest of a list of releases), and
+    ``qualifier``."""
     t = _str(text, "a %s row's version text" % status).strip()
     for rx, key in ((_PRIOR, "before"), (_UPTO, "last_affected"), (_EXACT, "exact")):
         m = rx.match(t)
         if m:
             return {key: m.group(1), "qualifier": (m.group(2) or "").strip() or None}
+    m = _RANGE.match(t)
+    if m:
+        out = {"last_affected": m.group(2), "qualifier": (m.group(3) or "").strip() or None}
+        if not _ZERO.match(m.group(1)):
+            out["introduced"] = m.group(1)
+        return out
+    m = _AND.match(t)
+    if m:
+        qualifier = (m.group(m.lastindex) or "").strip() if m.lastindex and m.lastindex > 2 else ""
+        listed = re.findall(_V, t.split("(", 1)[0])
+        return {"exact": listed[0], "listed": listed,
+                "qualifier": None if qualifier.lower() in ("", "latest") else qualifier}
     raise CsafError("cannot read the version text %s of a %s row (expected 'All versions prior to X', "
-                    "'All versions up to and including X' or a version)" % (catalog_v2.short(text), status))
+                    "'All versions up to and including X', 'X to Y', 'X and Y' or a version)"
+                    % (catalog_v2.short(text), status))
+
+
+def _order(component, text):
+    return catalog_v2.parse_version(catalog_v2.COMPONENT_SCHEMES[component], text)
 
 
 def _version(component, text):
@@ -345,14 +409,23 @@ def source_urls(doc, path=None):
     m = re.search(r"(\d{4})/(\d+)/(\d+)\.json$", path or "")
     if m:
         urls.append("https://github.com/NVIDIA/product-security/blob/main/%s/%s/%s.json" % m.groups())
+        return urls
+    # NVIDIA files each bulletin under the year of its initial release (true of all 47 in
+    # ../shared/reference/nvidia-csaf, whose README names each file's path in the repository)
+    initial = doc["document"]["tracking"].get("initial_release_date")
+    y = re.match(r"(\d{4})-\d\d-\d\d", initial) if isinstance(initial, str) else None
+    if y and aid.isdigit() and re.search(r"(^|/)%s\.json$" % re.escape(aid), path or ""):
+        urls.append("https://github.com/NVIDIA/product-security/blob/main/%s/%s/%s.json" % (y.group(1), aid, aid))
     return urls
 
 
 def import_advisory(doc, path=None, verified=None):
     """Turn one CSAF document into catalog v2 entries.
 
-    Returns {"advisory": {...}, "entries": {component: [entry, ...]}, "skipped": {product: n},
-    "warnings": [...]}. Raises CsafError when the document cannot be read.
+    Returns {"advisory": {...}, "entries": {component: [entry, ...]}, "skipped": [{"product_id",
+    "product", "arch", "version_text", "reason"}, ...] (every product row not imported, with the
+    reason), "warnings": [...]}. Raises CsafError when the document cannot be read or names a
+    product the importer does not know (``classify``).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("document"), dict):
         raise CsafError("not a CSAF document (no 'document' object)")
@@ -384,7 +457,7 @@ def import_advisory(doc, path=None, verified=None):
     rows = product_rows(doc)
     urls = source_urls(doc, path)
     skipped, warnings, entries = {}, [], {}
-    seen_skip = set()
+    named = set()
     for n, vuln in enumerate(_arr(doc.get("vulnerabilities"), "vulnerabilities")):
         _obj(vuln, "vulnerabilities[%d]" % n)
         cve = vuln.get("cve")
@@ -396,26 +469,32 @@ def import_advisory(doc, path=None, verified=None):
         product_status = _obj(vuln.get("product_status"), "%s product_status" % cve, optional=True)
         for status in ("known_affected", "last_affected", "fixed", "first_fixed"):
             for pid in _arr(product_status.get(status), "%s product_status.%s" % (cve, status)):
+                named.add(pid if isinstance(pid, str) else None)
                 row = rows.get(pid) if isinstance(pid, str) else None
                 if row is None:
                     raise CsafError("%s: product_status.%s names %s, which the product_tree lacks"
                                     % (cve, status, catalog_v2.short(pid)))
-                where = classify(row)
-                if where is None:
-                    key = "%s %s" % (row.get("arch"), row.get("product"))
-                    if (key, pid) not in seen_skip:
-                        seen_skip.add((key, pid))
-                        skipped[key] = skipped.get(key, 0) + 1
+                component, branch = classify(row)
+                if component is None:
+                    skipped.setdefault(pid, {"product_id": pid, "product": row.get("product"),
+                                             "arch": row.get("arch"), "version_text": row.get("version_text"),
+                                             "reason": branch})
                     continue
-                component, branch = where
                 per_comp.setdefault(component, {}).setdefault(branch, []).append((status, pid, row))
         for component, branches in sorted(per_comp.items()):
             entry = _entry(doc, vuln, component, branches, advisory, urls, verified, warnings)
             if entry is not None:
                 entries.setdefault(component, []).append(entry)
+    for pid in sorted(set(rows) - named):
+        row = rows[pid]
+        classify(row)  # an unknown product is an error even where no vulnerability names it
+        skipped[pid] = {"product_id": pid, "product": row.get("product"), "arch": row.get("arch"),
+                        "version_text": row.get("version_text"),
+                        "reason": "no vulnerability's product_status names this row"}
     for comp_entries in entries.values():
         comp_entries.sort(key=lambda e: e["id"])
-    return {"advisory": advisory, "entries": entries, "skipped": skipped, "warnings": warnings}
+    return {"advisory": advisory, "entries": entries, "skipped": [skipped[k] for k in sorted(skipped)],
+            "warnings": warnings}
 
 
 def _branch_key(branch):
@@ -436,18 +515,26 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
             if parsed.get("qualifier"):
                 qualifiers.append("%s: %s" % (row["version_text"], parsed["qualifier"]))
             if status in ("fixed", "first_fixed"):
-                v = parsed.get("exact") or parsed.get("before") or parsed.get("last_affected")
-                fixed = v if fixed is None else min(fixed, v, key=lambda x: catalog_v2.parse_version(
-                    catalog_v2.COMPONENT_SCHEMES[component], x))
+                for v in parsed.get("listed") or [parsed.get("exact") or parsed.get("before")
+                                                  or parsed.get("last_affected")]:
+                    fixed = v if fixed is None else min(fixed, v, key=lambda x: _order(component, x))
             elif "before" in parsed:
                 bounds["before"] = parsed["before"]
             elif "last_affected" in parsed:
                 bounds["last_affected"] = parsed["last_affected"]
+                if parsed.get("introduced"):
+                    bounds["introduced"] = parsed["introduced"]
             else:
                 bounds.setdefault("introduced", parsed["exact"])
                 bounds["last_affected"] = parsed["exact"]
         if not bounds:
             continue  # a fixed row without an affected row says nothing about this branch
+        if fixed and bounds.get("last_affected") and _order(component, bounds["last_affected"]) >= _order(component, fixed):
+            # "0.0 to 4.8.2" affected and "4.8.2" fixed (bulletin 5857): the fixed row decides
+            warnings.append("%s: affected row says up to and including %s but the fixed row says %s; using "
+                            "prior to %s" % (eid, bounds["last_affected"], fixed, fixed))
+            del bounds["last_affected"]
+            bounds["before"] = fixed
         if bounds.get("introduced"):
             item["introduced"] = _Quoted(_version(component, bounds["introduced"]))
         if bounds.get("last_affected"):

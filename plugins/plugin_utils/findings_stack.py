@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
-COMPONENTS = ("driver", "container-toolkit", "fabric-manager", "device-plugin", "gpu-operator", "mig-manager")
-API_COMPONENTS = ("device-plugin", "mig-manager", "gpu-operator")
+COMPONENTS = ("driver", "container-toolkit", "fabric-manager", "device-plugin", "gpu-operator", "mig-manager",
+              "dcgm", "dcgm-exporter")
+API_COMPONENTS = ("device-plugin", "mig-manager", "gpu-operator", "dcgm", "dcgm-exporter")
 
 # id -> (lowest severity, title); the instance severity comes from the matches.
 STACK_FINDINGS = {
@@ -32,11 +33,15 @@ STACK_FINDINGS = {
     "security.device-plugin": ("info", "NVIDIA device plugin affected by published security advisories"),
     "security.gpu-operator": ("info", "NVIDIA GPU Operator affected by published security advisories"),
     "security.mig-manager": ("info", "NVIDIA MIG manager affected by published security advisories"),
+    "security.dcgm": ("info", "NVIDIA DCGM affected by published security advisories"),
+    "security.dcgm-exporter": ("info", "NVIDIA DCGM Exporter affected by published security advisories"),
     "defect.container-toolkit": ("info", "NVIDIA Container Toolkit release with a known defect"),
     "defect.fabric-manager": ("info", "NVIDIA Fabric Manager release with a known defect"),
     "defect.device-plugin": ("info", "NVIDIA device plugin release with a known defect"),
     "defect.gpu-operator": ("info", "NVIDIA GPU Operator release with a known defect"),
     "defect.mig-manager": ("info", "NVIDIA MIG manager release with a known defect"),
+    "defect.dcgm": ("info", "NVIDIA DCGM release with a known defect"),
+    "defect.dcgm-exporter": ("info", "NVIDIA DCGM Exporter release with a known defect"),
     "fabricmanager.version_mismatch": ("critical", "Fabric manager version differs from the driver's on an "
                                                    "NVSwitch system (CUDA fails with error 802)"),
 }
@@ -45,7 +50,8 @@ ROLES = {"driver": "kubegpu.fleet.driver", "fabric-manager": "kubegpu.fleet.driv
          "container-toolkit": "kubegpu.fleet.device_plugin", "device-plugin": "kubegpu.fleet.device_plugin"}
 PACKAGES = {"driver": "the NVIDIA driver", "container-toolkit": "nvidia-container-toolkit",
             "fabric-manager": "the fabric manager", "device-plugin": "the NVIDIA device plugin",
-            "gpu-operator": "the GPU Operator", "mig-manager": "the MIG manager"}
+            "gpu-operator": "the GPU Operator", "mig-manager": "the MIG manager",
+            "dcgm": "DCGM (datacenter-gpu-manager)", "dcgm-exporter": "the DCGM Exporter"}
 SEVERITY = {"critical": "critical", "high": "critical", "medium": "warning", "low": "info", "info": "info"}
 LOWER = {"critical": "warning", "warning": "info", "info": "info"}
 RANK = {"critical": 0, "warning": 1, "info": 2}

@@ -75,8 +75,11 @@ def test_bulletin_5630_keeps_the_non_data_center_fixed_build_and_skips_other_row
                                 "cvss": {"version": "3.1", "base_score": 7.8,
                                          "vector": "CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H"}}
     assert entry["severity"] == "high"
-    assert result["skipped"] == {"Linux(R535) GeForce": 2, "Linux(R550) GeForce": 2, "Linux(R570) GeForce": 2,
-                                 "Linux(R575) GeForce": 2, "Ubuntu(R570 vGPU 18) Virtual GPU Manager": 2}
+    skipped = sorted((s["product"], s["arch"], s["reason"].split(":")[0]) for s in result["skipped"])
+    assert skipped == sorted(
+        [("GeForce", "Linux(R%s)" % b, "GeForce/RTX/Quadro/NVS/Studio driver rows") for b in (535, 550, 570, 575)] * 2
+        + [("Virtual GPU Manager", "Ubuntu(R570 vGPU 18)", "vGPU host software (Virtual GPU Manager)")] * 2)
+    assert all(s["product_id"] and s["version_text"] for s in result["skipped"])
     assert [s["url"] for s in entry["sources"]] == [
         "https://nvidia.custhelp.com/app/answers/detail/a_id/5630",
         "https://github.com/NVIDIA/product-security/blob/main/2025/5630/5630.json"]

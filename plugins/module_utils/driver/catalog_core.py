@@ -42,6 +42,8 @@ COMPONENT_SCHEMES = {
     "gpu-operator": "semver",
     "mig-manager": "semver",
     "device-plugin": "device-plugin",
+    "dcgm": "semver",
+    "dcgm-exporter": "semver",
 }
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
