@@ -16,6 +16,7 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, driver_catalog_ctl
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
 
 FORMATS = {
@@ -41,6 +42,8 @@ class ActionModule(ActionBase):
         "cluster_findings": {"type": "list", "elements": "dict", "default": []},
         "collection_version": {"type": "str"},
         "run": {"type": "dict", "default": {}},
+        "catalog_extra": {"type": "raw"},
+        "catalog_max_age_days": {"type": "int", "default": rep.CATALOG_MAX_AGE_DAYS},
     }
 
     def run(self, tmp=None, task_vars=None):
@@ -61,10 +64,17 @@ class ActionModule(ActionBase):
             else:
                 nodes.append({"name": name, "status": "failed", "findings": [],
                               "error": "the audit did not finish on this host (failed before evaluation)"})
+        # the catalog the audit evaluated with (the same loader and catalog_extra): its date goes in the report
+        catalog, catalog_error = None, None
+        try:
+            catalog = driver_catalog_ctl.catalog_entries(args["catalog_extra"])
+        except (catalog_v2.CatalogError, driver_catalog_ctl.DriverCatalogError, OSError, ValueError) as e:
+            catalog_error = str(e) or type(e).__name__
         try:
             report = rep.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],
                                       collection_version=args["collection_version"] or rep.collection_version(),
-                                      run=args["run"])
+                                      run=args["run"], catalog=catalog, catalog_error=catalog_error,
+                                      catalog_max_age_days=args["catalog_max_age_days"])
         except rep.ReportError as e:
             result.update(failed=True, msg="cannot build the audit report: %s" % e)
             return result

@@ -19,6 +19,8 @@ description:
     advisories, sources), a CVE table in the HTML and Markdown files and the
     C(kubegpu_cve_affected_nodes{cve,component,severity}) and C(kubegpu_cve_max_cvss{cve,severity})
     metrics. Without security findings none of these appear (the JSON list is empty).
+  - The report states how current the known-bad catalog is - its newest bulletin, that bulletin's
+    revision date and age - and warns when it is older than O(catalog_max_age_days).
   - Reports are written in check mode as well (they are controller-side output, nodes are
     untouched) and the task never reports a change.
 options:
@@ -59,6 +61,18 @@ options:
     description: Free-form run metadata recorded in the report (playbook, job id).
     type: dict
     default: {}
+  catalog_extra:
+    description:
+      - The C(catalog_extra) documents the audit used (see M(kubegpu.fleet.audit_node)); the report's
+        C(catalog) section dates the bundled catalog plus these.
+    type: raw
+  catalog_max_age_days:
+    description:
+      - The report warns (C(catalog.stale), C(catalog.warning), the C(kubegpu_audit_catalog_stale)
+        metric) when the newest bulletin the catalog knows was last revised more than this many days
+        before the audit, so that a fleet is not told it is clean of advisories published since.
+    type: int
+    default: 45
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action

@@ -163,9 +163,73 @@ def _check_finding(finding, node):
     return out
 
 
+CATALOG_MAX_AGE_DAYS = 45
+_ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\Z")
+
+
+def _advisory_date(value):
+    m = _ISO_DATE.match(value) if isinstance(value, str) else None
+    if not m:
+        return None
+    try:
+        return datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def catalog_state(entries, today, max_age_days=CATALOG_MAX_AGE_DAYS, error=None):
+    """How current the known-bad catalog in use is.
+
+    ``entries``: the catalog's entries (``driver_catalog_ctl.catalog_entries``: bundled plus
+    ``catalog_extra``); ``today``: a ``datetime.date`` (the report's date). Returns
+    ``{"entries", "advisories", "newest_advisory": {"id", "title", "revision", "date"} | None,
+    "age_days", "max_age_days", "stale", "warning", "error"}``: the newest bulletin is the one
+    whose revision date (``advisory.date``, CSAF ``current_release_date``) is latest, the age
+    counts from that date, and ``stale`` is true (with ``warning`` saying so) when it is more
+    than ``max_age_days`` old, when no entry names a dated bulletin, or when the catalog could
+    not be read (``error``).
+    """
+    if isinstance(max_age_days, bool) or not isinstance(max_age_days, int) or max_age_days < 1:
+        raise ReportError("catalog_max_age_days must be a whole number of days >= 1, got %r" % (max_age_days,))
+    entries = [e for e in entries or [] if isinstance(e, dict)]
+    advisories = {}
+    for e in entries:
+        adv = e.get("advisory") if isinstance(e.get("advisory"), dict) else {}
+        date = _advisory_date(adv.get("date"))
+        if date is None or adv.get("id") is None:
+            continue
+        key = str(adv["id"])
+        if key not in advisories or date > advisories[key][0]:
+            advisories[key] = (date, adv)
+    out = {"entries": len(entries), "advisories": len(advisories), "newest_advisory": None, "age_days": None,
+           "max_age_days": max_age_days, "stale": True, "warning": None, "error": error}
+    if error:
+        out["warning"] = "the known-bad catalog could not be read, no security finding is reliable: %s" % error
+        return out
+    if not advisories:
+        out["warning"] = "the known-bad catalog names no dated bulletin: how current it is is unknown"
+        return out
+    date, adv = max(advisories.values(), key=lambda da: (da[0], str(da[1].get("id"))))
+    age = (today - date).days
+    out.update(newest_advisory={"id": str(adv["id"]), "title": adv.get("title"),
+                                "revision": None if adv.get("revision") is None else str(adv["revision"]),
+                                "date": date.isoformat()},
+               age_days=age, stale=age > max_age_days)
+    if out["stale"]:
+        out["warning"] = ("the known-bad catalog's newest bulletin (%s, revision %s of %s) is %d days old, more than "
+                          "%d: advisories published since are not reported; refresh the catalog"
+                          % (adv["id"], out["newest_advisory"]["revision"], date.isoformat(), age, max_age_days))
+    return out
+
+
 def build_report(nodes, cluster_findings=None, generated_at=None, collection_version=None,
-                 fail_on="critical", run=None):
+                 fail_on="critical", run=None, catalog=None, catalog_max_age_days=CATALOG_MAX_AGE_DAYS,
+                 catalog_error=None):
     """Aggregate per-node results into the report document.
+
+    ``catalog``: the entries of the known-bad catalog the audit used (or ``catalog_error``, why
+    it could not be read); the report's ``catalog`` section says how current it is
+    (``catalog_state``, dated by ``generated_at``). Without either the section is left out.
 
     ``nodes`` is a list of ``{"name", "status", "error"?, "findings": [...]}`` where status is
     audited | unreachable | failed. Unreachable and failed nodes are listed, never dropped.
@@ -187,6 +251,11 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
     cluster_findings = json_safe(list(cluster_findings or []))
     run = json_safe(run) if isinstance(run, dict) else {}
     collection_version = json_safe(collection_version)
+    catalog_info = None
+    if catalog is not None or catalog_error is not None:
+        today = datetime.date(int(generated_at[:4]), int(generated_at[5:7]), int(generated_at[8:10]))
+        catalog_info = json_safe(catalog_state(catalog, today, catalog_max_age_days,
+                                               error=None if catalog_error is None else str(catalog_error)))
 
     seen = set()
     out_nodes = []
@@ -237,7 +306,7 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
     counts = dict((s, sum(1 for n in out_nodes if n["status"] == s)) for s in NODE_STATUSES)
     clean = sum(1 for n in out_nodes if n["status"] == "audited" and not n["findings"])
     failing = failing_findings({"nodes": out_nodes, "cluster": {"findings": cluster}}, fail_on)
-    return {
+    out = {
         "schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated_at,
@@ -262,6 +331,9 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         "cluster": {"findings": cluster},
         "cves": group_cves(all_findings),
     }
+    if catalog_info is not None:
+        out["catalog"] = catalog_info
+    return out
 
 
 CVE_SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -487,6 +559,7 @@ def render_markdown(report):
             sev["critical"], sev["warning"], sev["info"]),
         _md(""),
     ]
+    lines += _markdown_catalog(report.get("catalog"))
     if s["unreachable"]:
         lines += [_md("**Unreachable:** %s", _md_join(", ", s["unreachable"])), _md("")]
     if s["failed"]:
@@ -519,6 +592,23 @@ def render_markdown(report):
         lines += [_md("No findings."), _md("")]
     lines += _markdown_cves(report.get("cves") or [])
     return _md_document(lines)
+
+
+def _markdown_catalog(cat):
+    """The catalog's date and, when it is stale, the warning (nothing without a catalog section)."""
+    if not isinstance(cat, dict):
+        return []
+    lines = []
+    newest = cat.get("newest_advisory")
+    if isinstance(newest, dict):
+        lines.append(_md("Known-bad catalog: %d entries from %d bulletins; newest bulletin %s (%s), revision %s of %s, "
+                         "%d days old (warning after %d).", cat["entries"], cat["advisories"], newest["id"],
+                         newest.get("title") or "", newest.get("revision") or "?", newest["date"], cat["age_days"],
+                         cat["max_age_days"]))
+    if cat.get("warning"):
+        lines += [_md("")] if lines else []
+        lines.append(_md("**Warning:** %s.", cat["warning"]))
+    return lines + [_md("")] if lines else []
 
 
 def _bounded_names(names, limit=CVE_NODE_LIST_MAX):
@@ -608,6 +698,15 @@ def render_prometheus(report):
            [({"node": n["name"]}, 1 if n["name"] in needs_hands else 0) for n in report["nodes"]])
     metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
            [({}, _epoch(report["generated_at"]))])
+    cat = report.get("catalog")
+    if isinstance(cat, dict):
+        if isinstance(cat.get("age_days"), int):
+            metric("kubegpu_audit_catalog_age_days", "gauge",
+                   "Days from the revision date of the known-bad catalog's newest bulletin to the audit.",
+                   [({}, cat["age_days"])])
+        metric("kubegpu_audit_catalog_stale", "gauge",
+               "1 when the known-bad catalog is older than its configured age, names no dated bulletin or could not "
+               "be read.", [({}, 1 if cat.get("stale") else 0)])
     cves = report.get("cves") or []
     if cves:
         per_component = []
@@ -683,6 +782,7 @@ def render_html(report):
         parts.append(Markup('<div class="card %s" data-metric="%s"><div class="n">%s</div><div class="l">%s</div></div>')
                      % (cls, label, value, label))
     parts.append(Markup("</div>"))
+    parts += _html_catalog(report.get("catalog"))
     if s["unreachable"]:
         parts.append(Markup('<p id="unreachable"><strong>Unreachable:</strong> %s</p>')
                      % Markup(", ").join(s["unreachable"]))
@@ -738,6 +838,22 @@ def render_html(report):
             parts.append(_html_finding(f))
     parts.append(Markup("</section></body></html>"))
     return str(Markup("\n").join(parts) + Markup("\n"))
+
+
+def _html_catalog(cat):
+    """The catalog's date and, when it is stale, the warning (nothing without a catalog section)."""
+    if not isinstance(cat, dict):
+        return []
+    parts = []
+    newest = cat.get("newest_advisory")
+    if isinstance(newest, dict):
+        parts.append(Markup('<p id="catalog">Known-bad catalog: %s entries from %s bulletins; newest bulletin %s (%s), '
+                            "revision %s of %s, %s days old (warning after %s).</p>")
+                     % (cat["entries"], cat["advisories"], newest["id"], newest.get("title") or "",
+                        newest.get("revision") or "?", newest["date"], cat["age_days"], cat["max_age_days"]))
+    if cat.get("warning"):
+        parts.append(Markup('<p id="catalog-warning"><span class="sev warning">warning</span> %s.</p>') % cat["warning"])
+    return parts
 
 
 def _html_names(names):

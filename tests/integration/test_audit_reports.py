@@ -1,5 +1,6 @@
 """The audit's controller side end to end: audit_evaluate per host -> audit_report -> files,
 then the HTML in a real headless Chromium and the metrics through promtool."""
+import datetime
 import json
 import os
 import shutil
@@ -44,7 +45,7 @@ def security_findings(node):
     return out
 
 
-def run_audit(ansible, tmp_path, check=False, cluster_findings=None):
+def run_audit(ansible, tmp_path, check=False, cluster_findings=None, report_vars=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     report_dir = str(tmp_path / "reports")
     inventory = tmp_path / "inv.yml"
@@ -68,7 +69,7 @@ def run_audit(ansible, tmp_path, check=False, cluster_findings=None):
         ]},
         {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
             {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
-             "vars": dict({"kubegpu_audit_report_dir": report_dir},
+             "vars": dict({"kubegpu_audit_report_dir": report_dir}, **(report_vars or {}),
                           **({"kubegpu_cluster": {"cluster_findings": cluster_findings}} if cluster_findings else {}))}]},
     ]
     res = ansible.playbook(plays, inventory=str(inventory), check=check,
@@ -100,6 +101,36 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     assert report["collection_version"] == GALAXY["version"]
     hung = [f for f in bad["findings"] if f["id"] == "nvml.hung"][0]
     assert hung["evidence"]["timeout"] == NV_BAD["probe"]["timeout"] and hung["evidence"]["elapsed"] == 10.2
+    # the report dates the bundled catalog: its newest bulletin, that bulletin's revision date and age
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+    entries = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    newest = max(e["advisory"]["date"] for e in entries if e.get("advisory"))
+    cat = report["catalog"]
+    assert cat["newest_advisory"]["date"] == newest and cat["max_age_days"] == 45 and cat["entries"] == len(entries)
+    age = (datetime.date.fromisoformat(report["generated_at"][:10]) - datetime.date.fromisoformat(newest)).days
+    assert cat["age_days"] == age and cat["stale"] is (age > 45)
+    assert ("**Warning:** the known-bad catalog's newest bulletin" in md) is (age > 45)
+
+
+def test_catalog_age_limit_and_catalog_extra_reach_the_report(ansible, tmp_path):
+    """kubegpu_audit_catalog_max_age_days and kubegpu_catalog_extra go from the role to the report:
+    a catalog_extra entry from a newer bulletin becomes the catalog's newest."""
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    extra = [{"schema_version": 2, "component": "dcgm-exporter", "version_scheme": "semver", "entries": [{
+        "id": "site-dcgm-exporter-test", "kind": "security", "title": "Site bulletin", "description": "test",
+        "cves": [{"id": "CVE-2026-0001", "cvss": {"version": "3.1", "base_score": 5.3,
+                                                  "vector": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:L"}}],
+        "severity": "medium", "affected": [{"fixed": "9.9.9"}], "remediation": "Upgrade.",
+        "advisory": {"publisher": "site", "id": "site-1", "title": "Site bulletin", "revision": "2",
+                     "date": today.isoformat()},
+        "sources": [{"url": "https://example.com/site-1", "verified": today.isoformat(), "what": "test"}]}]}]
+    _res, report_dir = run_audit(ansible, tmp_path, report_vars={"kubegpu_audit_catalog_max_age_days": 100000,
+                                                                 "kubegpu_catalog_extra": extra})
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        cat = json.load(f)["catalog"]
+    assert cat["max_age_days"] == 100000 and cat["stale"] is False and cat["warning"] is None
+    assert cat["newest_advisory"] == {"id": "site-1", "title": "Site bulletin", "revision": "2",
+                                      "date": today.isoformat()}
 
 
 def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
