@@ -93,10 +93,10 @@ def run(ctx):
 
 def summary(r):
     reset, reboot = r["paths"]["reset"], r["paths"]["reboot"]
+    values = (reset["out_of_service_s"], reboot["out_of_service_s"], r["speedup"], reset["playbook_wall_s"],
+              reboot["playbook_wall_s"], "met" if r["goal"]["met"] else "MISSED")
     return ["GPU repair: node out of service %.1f s by a GPU reset, %.1f s by a reboot (%.1fx); "
-            "playbook %.1f s / %.1f s; goal %s" % (reset["out_of_service_s"], reboot["out_of_service_s"],
-                                                  r["speedup"], reset["playbook_wall_s"],
-                                                  reboot["playbook_wall_s"], "met" if r["goal"]["met"] else "MISSED")]
+            "playbook %.1f s / %.1f s; goal %s" % values]
 
 
 def render(r):

@@ -29,7 +29,8 @@ description:
     GPU logged before the reset as cleared.
   - Run it on a drained node (the kubegpu.fleet.rolling_reboot role does, task file
     C(gpu_reset.yml)). See docs/hardware-health.md in the collection.
-author: kubegpu.fleet contributors
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
 options:
   bus_ids:
     description:

@@ -81,6 +81,8 @@ _ACTION_RANK = dict((a, i) for i, a in enumerate(
 
 def _worse(a, b):
     return a if _ACTION_RANK.get(a, 3) >= _ACTION_RANK.get(b, 3) else b
+
+
 # Findings that take a person (hands-on work on the hardware): the node is cordoned with the
 # reason and left; remediation.py and the report read this.
 HANDS_ON = ("gpu.rma", "gpu.missing")
@@ -480,8 +482,8 @@ def _xid_events(xid, nv=None):
                "unknown": "Xids NVIDIA's catalog gives no immediate action for: reported, nothing is done",
                "restart_app": "the application on the GPU restarts; nothing to do on the node",
                "ignore": "informational; nothing to do",
-               "none": "the driver reports no recovery needed; nothing to do"}.get(node_action,
-                                                                                  "see NVIDIA's Xid catalog")
+               "none": "the driver reports no recovery needed; nothing to do"}.get(
+                   node_action, "see NVIDIA's Xid catalog")
     return [finding("gpu.xid", {"action": node_action, "catalog_action": xid.get("action") or "none",
                                 "source": xid.get("source"), "events": xid.get("events"),
                                 "gpus": gpus, "hands_on": node_action == "investigate"},
