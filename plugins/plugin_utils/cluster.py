@@ -8,6 +8,7 @@ Input is what ``kubernetes.core.k8s_info`` returns (``resources`` lists of plain
 from __future__ import annotations
 
 import datetime
+import re
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
 
@@ -22,6 +23,10 @@ DEVICE_PLUGIN_OPTIONS = {
 }
 MIG_MANAGER_IMAGE = "k8s-mig-manager"
 GPU_OPERATOR_IMAGE = "gpu-operator"   # the last path component of the operator image, exactly
+DCGM_EXPORTER_IMAGE = "dcgm-exporter"  # nvcr.io/nvidia/k8s/dcgm-exporter:<DCGM>-<exporter>-<base>
+DCGM_IMAGE = "dcgm"                    # nvcr.io/nvidia/cloud-native/dcgm:<DCGM>-<n>-<base> (standalone hostengine)
+# dcgm-exporter tags: "<DCGM version>-<exporter version>[-<base image>]" (4.2.3-4.1.3-ubuntu22.04)
+_EXPORTER_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)-(\d+\.\d+\.\d+)(?:-[0-9A-Za-z.]+)*$")
 CLUSTER_POLICY_KIND = "ClusterPolicy"
 
 
@@ -330,6 +335,28 @@ def mig_manager_component(container):
     return {"version": image_version(image, "semver"), "image": image}
 
 
+def dcgm_exporter_versions(image):
+    """``(DCGM version, exporter version)`` of a dcgm-exporter image tag
+    (``4.2.3-4.1.3-ubuntu22.04`` -> ``("4.2.3", "4.1.3")``); ``(None, None)`` for a tag in
+    another shape, a digest only or no tag. The image bundles the DCGM libraries it names."""
+    _repo, tag = split_image(image)
+    m = _EXPORTER_TAG.match(tag) if tag else None
+    return (m.group(1), m.group(2)) if m else (None, None)
+
+
+def dcgm_exporter_component(container):
+    image = container.get("image") if isinstance(container.get("image"), str) else None
+    return {"version": dcgm_exporter_versions(image)[1], "image": image}
+
+
+def dcgm_component(container, source):
+    """DCGM seen from the API: the standalone hostengine image (``source`` "dcgm") or the DCGM
+    libraries a dcgm-exporter image bundles (``source`` "dcgm-exporter")."""
+    image = container.get("image") if isinstance(container.get("image"), str) else None
+    version = image_version(image, "semver") if source == DCGM_IMAGE else dcgm_exporter_versions(image)[0]
+    return {"version": version, "image": image, "source": source}
+
+
 def _boolish(value):
     if isinstance(value, bool):
         return value
@@ -452,6 +479,9 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     ``components`` (the NVIDIA stack seen from the API, a key only for what runs on or manages
     the node): ``device-plugin`` (version, image, mig_strategy, device_list_strategy, pod) of the
     device plugin pod on the node, ``mig-manager`` (version, image, pod) of the k8s-mig-manager pod,
+    ``dcgm-exporter`` (version: the exporter's own, the second part of its image tag; image, pod),
+    ``dcgm`` (version, image, pod, source: ``dcgm`` for a standalone hostengine pod, which wins, else
+    ``dcgm-exporter`` for the DCGM libraries the exporter image bundles, the first part of its tag),
     ``gpu-operator`` (version, image, cdi_enabled, mig_strategy, driver_enabled, driver_preinstalled,
     cluster_policy)
     when the node runs an operand of the GPU Operator (a pod in the operator's namespace or of a
@@ -570,6 +600,16 @@ def _node_components(entry, pod, ns, pname, phase, image_pattern, operator, oper
     mig = _container_with_image(spec, MIG_MANAGER_IMAGE)
     if mig is not None and _prefer(comps.get("mig-manager"), pod):
         comps["mig-manager"] = dict(mig_manager_component(mig), pod=where, _live=live)
+    exporter = _container_with_image(spec, DCGM_EXPORTER_IMAGE)
+    if exporter is not None and _prefer(comps.get("dcgm-exporter"), pod):
+        comps["dcgm-exporter"] = dict(dcgm_exporter_component(exporter), pod=where, _live=live)
+    # DCGM: the standalone hostengine where one runs on the node, else the exporter's own libraries
+    engine = _container_with_image(spec, DCGM_IMAGE)
+    current = comps.get("dcgm")
+    if engine is not None and (current is None or current["source"] != DCGM_IMAGE or _prefer(current, pod)):
+        comps["dcgm"] = dict(dcgm_component(engine, DCGM_IMAGE), pod=where, _live=live)
+    elif exporter is not None and (current is None or (current["source"] != DCGM_IMAGE and _prefer(current, pod))):
+        comps["dcgm"] = dict(dcgm_component(exporter, DCGM_EXPORTER_IMAGE), pod=where, _live=live)
     if operator_present and "gpu-operator" not in comps:
         owner = pod_owner(pod)
         if (ns is not None and ns in operator["namespaces"]) or ds_by_owner.get((ns, owner)):
