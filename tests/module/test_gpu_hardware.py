@@ -144,7 +144,8 @@ def test_missing_gpu_health_and_xids(ansible, node, backend):
     v0, v1 = f["gpus"][0]["health_verdict"], f["gpus"][1]["health_verdict"]
     assert v0["rma"] is True and v0["reset_required"] is False
     assert v0["ecc_uncorrectable"]["aggregate"] == 9 and v0["ecc_uncorrectable"]["scope"] == "aggregate"
-    assert v0["findings"] == ["gpu.rma", "gpu.ecc_uncorrectable"]
+    # 512 rows remapped for uncorrectable errors: DCGM warns at 512 (gpu.row_remap_exhausting)
+    assert v0["findings"] == ["gpu.rma", "gpu.ecc_uncorrectable", "gpu.row_remap_exhausting"]
     assert v1["reset_required"] is True and v1["rma"] is False
     assert v1["ecc_uncorrectable"]["volatile"] == 2 and v1["ecc_uncorrectable"]["scope"] == "volatile"
     assert f["gpus"][1]["health"]["remapped_rows"]["pending"] is True
