@@ -163,6 +163,16 @@ ansible_facts:
             version: 570.172.08
             unit: nvidia-fabricmanager.service
             service: {active: active, enabled: enabled}
+        dcgm:
+          description:
+            - DCGM's host package (C(datacenter-gpu-manager), C(datacenter-gpu-manager-4-core), ...) and its
+              upstream version; C(installed) false when none is installed (DCGM may still run in a pod).
+          type: dict
+          returned: always
+          sample:
+            installed: true
+            package: datacenter-gpu-manager-4-core
+            version: 4.2.3
         nvswitch:
           description: NVSwitches; C(present) null when neither sysfs nor the device nodes could be read.
           type: dict

@@ -166,6 +166,9 @@ def component_versions(ctx):
         v = _str(_d(comps.get(comp)).get("version"))
         if v:
             out[comp] = v
+    dcgm = _d(stack.get("dcgm"))
+    if dcgm.get("installed") and _str(dcgm.get("version")):
+        out["dcgm"] = dcgm["version"]  # the host package runs on the node: it wins over the API view
     return out
 
 

@@ -20,7 +20,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions imp
 )
 
 # Package-name globs queried on the node (dpkg-query and rpm both take shell globs).
-QUERY_PATTERNS = ("*nvidia*", "cuda-drivers*", "libcuda*")
+# datacenter-gpu-manager*: DCGM's host packages (datacenter-gpu-manager, datacenter-gpu-manager-4-core, ...).
+QUERY_PATTERNS = ("*nvidia*", "cuda-drivers*", "libcuda*", "datacenter-gpu-manager*")
 DPKG_FORMAT = "${Package}\\t${Version}\\t${db:Status-Abbrev}\\t${Architecture}\\n"
 RPM_FORMAT = "%{NAME}\\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\\tii \\t%{ARCH}\\n"
 

@@ -29,6 +29,9 @@ TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 # (older CUDA repos also shipped nvidia-fabricmanager / nvidia-fabric-manager-<branch>).
 FABRIC_MANAGER_RE = re.compile(r"^nvidia-fabric-?manager(-\d+)?$")
 FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+# DCGM host packages: datacenter-gpu-manager (DCGM 3 and earlier), datacenter-gpu-manager-4-core,
+# -4-cuda12, -4-proprietary, ... (DCGM 4; all of one release share its version).
+DCGM_RE = re.compile(r"^datacenter-gpu-manager(-\d+)?(-[a-z0-9]+)*$")
 CONFIG_REL = ("etc", "nvidia-container-runtime", "config.toml")
 CONFIG_LIMIT = 256 << 10      # the default file is about 1.5 KiB
 CDI_DIRS = (("etc", "cdi"), ("var", "run", "cdi"))
@@ -77,6 +80,21 @@ def fabric_manager_package(packages):
     if best is None:
         return {"installed": False, "package": None, "version": None}
     return {"installed": True, "package": best[1], "version": best[2] or None}
+
+
+def dcgm_package(packages):
+    """``{"installed", "package", "version"}``: DCGM's host package, if any (the highest
+    upstream version when several are installed): ``1:4.2.3-1`` -> ``4.2.3``."""
+    best = None
+    for pkg in packages or []:
+        if pkg.get("installed") and DCGM_RE.match(pkg.get("name") or ""):
+            v = upstream_version(pkg.get("version") or "")
+            key = tuple(int(x) if safe_io.is_ascii_digits(x) else 0 for x in v.split("."))
+            if v and (best is None or key > best[0]):
+                best = (key, pkg["name"], v)
+    if best is None:
+        return {"installed": False, "package": None, "version": None}
+    return {"installed": True, "package": best[1], "version": best[2]}
 
 
 def read_toolkit_config(root="/"):
@@ -283,7 +301,7 @@ def stack_facts(params, list_packages, get_bin_path, command_timeout=10.0):
         nvs, nvs_errors = {"present": None, "count": 0, "bus_ids": [], "device_nodes": []}, [str(e)]
     errors.extend("nvswitch: %s" % e for e in nvs_errors)
     flavour, source = kernel_module_flavour(proc_path, sys_path)
-    return {"container_toolkit": tk, "fabric_manager": fm, "nvswitch": nvs,
+    return {"container_toolkit": tk, "fabric_manager": fm, "dcgm": dcgm_package(packages), "nvswitch": nvs,
             "kernel_modules": flavour, "kernel_modules_source": source, "errors": errors}
 
 
