@@ -700,10 +700,11 @@ def render_prometheus(report):
            [({}, _epoch(report["generated_at"]))])
     cat = report.get("catalog")
     if isinstance(cat, dict):
-        if isinstance(cat.get("age_days"), int):
-            metric("kubegpu_audit_catalog_age_days", "gauge",
-                   "Days from the revision date of the known-bad catalog's newest bulletin to the audit.",
-                   [({}, cat["age_days"])])
+        newest = cat.get("newest_advisory")
+        if isinstance(newest, dict) and _advisory_date(newest.get("date")) is not None:
+            metric("kubegpu_audit_catalog_newest_bulletin_timestamp_seconds", "gauge",
+                   "Unix time of the revision date of the newest bulletin in the known-bad catalog the audit used.",
+                   [({}, _epoch(newest["date"] + "T00:00:00Z"))])
         metric("kubegpu_audit_catalog_stale", "gauge",
                "1 when the known-bad catalog is older than its configured age, names no dated bulletin or could not "
                "be read.", [({}, 1 if cat.get("stale") else 0)])

@@ -65,7 +65,9 @@ def test_every_format_states_the_date_and_the_warning():
     assert '<p id="catalog">Known-bad catalog: 5 entries from 3 bulletins; newest bulletin 5861' in html
     assert '<p id="catalog-warning">' in html and "58 days old, more than 45" in html
     prom = r.render_prometheus(rep)
-    assert "kubegpu_audit_catalog_age_days 58\n" in prom and "kubegpu_audit_catalog_stale 1\n" in prom
+    # 2026-09-30T00:00:00Z
+    assert "kubegpu_audit_catalog_newest_bulletin_timestamp_seconds 1790726400\n" in prom
+    assert "kubegpu_audit_catalog_stale 1\n" in prom
     assert json.loads(r.render_json(rep))["catalog"] == rep["catalog"]
     fresh = r.build_report(NODES, catalog=CATALOG, generated_at="2026-10-01T00:00:00Z")
     assert "Warning" not in r.render_markdown(fresh) and "catalog-warning" not in r.render_html(fresh)
