@@ -155,9 +155,9 @@ $(MATRIX_DIR)/%/units/.installed: requirements-dev.txt tests/unit/requirements.t
 matrix:
 	for v in $(MATRIX_CORES); do $(MAKE) --no-print-directory matrix-one CORE=$$v || exit 1; done
 
-# ansible-test of each core bootstraps its own pip, setuptools and wheel versions in its test venvs
-# (as pip-bootstrap does for the pinned core): the wheels from PyPI, our stand-in get-pip script.
-MATRIX_BOOT = import re,ansible_test,os; t=open(os.path.join(os.path.dirname(ansible_test.__file__),'_internal','python_requirements.py')).read(); print(' '.join('%s==%s' % (n, re.search(n + r\"='([0-9.]+)'\", t).group(1)) for n in ('pip','setuptools','wheel')))
+# ansible-test of each core bootstraps its own pip (up to 2.17 also setuptools and wheel) in its test
+# venvs (as pip-bootstrap does for the pinned core): the wheels from PyPI, our stand-in get-pip script.
+MATRIX_BOOT = import re,ansible_test,os; t=open(os.path.join(os.path.dirname(ansible_test.__file__),'_internal','python_requirements.py')).read(); print(' '.join('%s==%s' % (n, m.group(1)) for n in ('pip','setuptools','wheel') for m in [re.search(n + r\"='([0-9.]+)'\", t)] if m))
 MATRIX_UNITS = $(filter $(CORE),$(MATRIX_UNITS_CORES))
 matrix-one: $(MATRIX_DIR)/$(CORE)/sanity/.installed $(if $(MATRIX_UNITS),$(MATRIX_DIR)/$(CORE)/units/.installed) tree
 	pkgs="$$($(MATRIX_DIR)/$(CORE)/sanity/bin/python -c "$(MATRIX_BOOT)")"; v=$${pkgs%% *}; v=$${v#pip==}; \
@@ -197,7 +197,7 @@ galaxy-importer: $(IMPORTER_VENV)/.installed
 # Collection docs as docs.ansible.com renders them (every plugin, role and reference) and the
 # changelog fragments.
 docs-lint: tree
-	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs --skip-rstcheck .
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 changelog-lint: $(STAMP)
 	$(BIN)/antsibull-changelog lint
 
