@@ -44,7 +44,16 @@ STACK_FINDINGS = {
     "defect.dcgm-exporter": ("info", "NVIDIA DCGM Exporter release with a known defect"),
     "fabricmanager.version_mismatch": ("critical", "Fabric manager version differs from the driver's on an "
                                                    "NVSwitch system (CUDA fails with error 802)"),
+    "driver.unlisted_branch": ("info", "NVIDIA driver branch not listed in NVIDIA's latest driver security bulletin "
+                                       "(possibly affected)"),
 }
+# The advice every NVIDIA GPU Display Driver bulletin gives under its table (e.g. 5821, 5861,
+# "Bulletin Notes"), quoted in the driver.unlisted_branch finding with the bulletin's sources.
+UNLISTED_BRANCH_ADVICE = ("The table above might not be a comprehensive list of all affected supported versions or "
+                          "branch releases and might be updated as more information becomes available. Earlier "
+                          "software GPU branch releases that support these products might also be affected. If you "
+                          "are using an earlier branch release for which an update version is not listed above, "
+                          "upgrade to the latest branch release.")
 
 ROLES = {"driver": "kubegpu.fleet.driver", "fabric-manager": "kubegpu.fleet.driver",
          "container-toolkit": "kubegpu.fleet.device_plugin", "device-plugin": "kubegpu.fleet.device_plugin"}
@@ -263,7 +272,71 @@ def rule_catalog(ctx):
             out.append(f)
         if defects:
             out.append(_finding("defect.%s" % component, component, norm, defects))
+    out.extend(rule_unlisted_branch(ctx))
     return out
+
+
+def latest_driver_bulletin(catalog):
+    """``(advisory, listed branches, sources)`` of the newest driver security bulletin in the
+    catalog (latest ``advisory.date``, then id), or None when no driver entry names a dated one."""
+    by_id = {}
+    for e in catalog:
+        adv = _d(_d(e).get("advisory"))
+        if e.get("component") != "driver" or e.get("kind") != "security" or not _str(adv.get("date")) \
+                or adv.get("id") is None:
+            continue
+        slot = by_id.setdefault(str(adv["id"]), {"advisory": adv, "branches": set(), "sources": []})
+        for item in _l(e.get("affected")):
+            branch = item.get("branch")
+            if isinstance(branch, str) and branch.isdigit():
+                slot["branches"].add(int(branch))
+        for src in _l(e.get("sources")):
+            if _str(src.get("url")) and src["url"] not in slot["sources"]:
+                slot["sources"].append(src["url"])
+    if not by_id:
+        return None
+    newest = max(by_id.values(), key=lambda b: (str(b["advisory"]["date"]), str(b["advisory"]["id"])))
+    return newest["advisory"], sorted(newest["branches"]), newest["sources"]
+
+
+def rule_unlisted_branch(ctx):
+    """driver.unlisted_branch: the node's driver branch is not in NVIDIA's latest driver bulletin.
+
+    NVIDIA lists the supported branches it evaluated and writes that earlier branches "might also
+    be affected" (UNLISTED_BRANCH_ADVICE): such a node is possibly affected, an earlier branch
+    than the newest listed one at ``warning``; a branch newer than every listed one (released
+    after the bulletin) at ``info``. Nothing when the catalog or the driver version is unknown."""
+    ctx = _d(ctx)
+    catalog = _catalog(ctx)
+    version = driver_version(ctx)
+    if catalog is None or version is None:
+        return []
+    try:
+        branch = catalog_v2.parse_version("driver", version).branch
+    except catalog_v2.CatalogError:
+        return []
+    latest = latest_driver_bulletin(catalog)
+    if latest is None or not latest[1] or branch in latest[1]:
+        return []
+    advisory, listed, sources = latest
+    earlier = branch < max(listed)
+    reason = ("R%d is not among the branches NVIDIA's latest driver bulletin lists; the bulletin says earlier "
+              "branches might also be affected" % branch if earlier else
+              "R%d is newer than every branch NVIDIA's latest driver bulletin lists (the bulletin predates it): "
+              "whether the bulletin's CVEs affect it is not known" % branch)
+    names = ", ".join("R%d" % b for b in listed)
+    return [{"id": "driver.unlisted_branch", "severity": "warning" if earlier else "info",
+             "title": STACK_FINDINGS["driver.unlisted_branch"][1],
+             "evidence": {"component": "driver", "version": version, "branch": branch, "status": "possibly_affected",
+                          "reason": reason, "listed_branches": listed,
+                          "bulletin": {"id": str(advisory["id"]), "title": advisory.get("title"),
+                                       "revision": None if advisory.get("revision") is None
+                                       else str(advisory["revision"]),
+                                       "date": str(advisory["date"])},
+                          "advice": UNLISTED_BRANCH_ADVICE},
+             "remediation": {"summary": "move to a branch the bulletin lists (%s): the latest release of that branch"
+                                        % names, "role": ROLES["driver"]},
+             "references": list(sources)}]
 
 
 def _conditions_of(entry):

@@ -41,7 +41,9 @@ MANUAL = frozenset(("node.not_ready", "audit.module_failed", "gpu.rma", "gpu.mis
                     # cluster components (images the GPU Operator / Helm deploy): not a node role's fix
                     "security.device-plugin", "security.gpu-operator", "security.mig-manager",
                     "defect.device-plugin", "defect.gpu-operator", "defect.mig-manager",
-                    "security.dcgm", "security.dcgm-exporter", "defect.dcgm", "defect.dcgm-exporter"))
+                    "security.dcgm", "security.dcgm-exporter", "defect.dcgm", "defect.dcgm-exporter",
+                    # a move to another driver branch is a person's choice (which branch, when)
+                    "driver.unlisted_branch"))
 # Hardware a person must handle (replace the GPU, reseat it, follow NVIDIA's workflow): the
 # node is cordoned with the reason and nothing automatic runs on it - a reboot or uncordon
 # would put the faulty GPU back in service.

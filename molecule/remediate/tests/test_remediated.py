@@ -28,7 +28,9 @@ TOOLKIT_TARGET = "1.19.1"  # highest first-fixed release in catalog/v2/container
 # them for a person and they stay in the final report. The demo API runs GPU Operator v25.3.1 and
 # MIG manager v0.12.1 (every node), device plugin v0.17.2 with cdi-annotations (the h100 pool)
 # and v0.14.5 (gpu-cpumanager: the XID 109 defect; remediate sets PASS_DEVICE_SPECS, not the image).
-LEFT_FOR_PERSON = {"security.device-plugin", "security.gpu-operator", "security.mig-manager", "defect.device-plugin"}
+LEFT_FOR_PERSON = {"security.device-plugin", "security.gpu-operator", "security.mig-manager", "defect.device-plugin",
+                   # R570 (570.211.01 too) is not among the branches of NVIDIA's latest driver bulletin
+                   "driver.unlisted_branch"}
 
 
 def inventory_vars():

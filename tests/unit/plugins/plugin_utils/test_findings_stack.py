@@ -205,7 +205,7 @@ def test_malformed_stack_does_not_raise():
     ctx["stack"] = {"container_toolkit": "garbage", "fabric_manager": [1], "nvswitch": None}
     ctx["api"] = {"components": {"device-plugin": {"version": "not-a-version"}}}
     found = fs.rule_catalog(ctx) + fs.rule_fabricmanager(ctx)
-    assert [f["id"] for f in found] == ["security.driver"]
+    assert [f["id"] for f in found] == ["security.driver", "driver.unlisted_branch"]
 
 
 def test_condition_facts_from_node():

@@ -1,0 +1,65 @@
+"""driver.unlisted_branch: a driver branch that NVIDIA's latest driver bulletin in the catalog
+does not list is possibly affected (the bulletin's own advice), over the bundled catalog."""
+import copy
+import os
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack as fs
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import remediation
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
+CATALOG = catalog_v2.load_catalog(os.path.join(ROOT, "catalog", "v2"))
+
+
+def ctx(driver, catalog=None):
+    return {"nvidia": {"present": True, "driver_version": driver}, "catalog": catalog or CATALOG}
+
+
+def unlisted(found):
+    return [f for f in found if f["id"] == "driver.unlisted_branch"]
+
+
+def latest():
+    drivers = [e for e in CATALOG if e["component"] == "driver" and e["kind"] == "security"]
+    date, aid = max((e["advisory"]["date"], str(e["advisory"]["id"])) for e in drivers)
+    branches = sorted({int(i["branch"]) for e in drivers if str(e["advisory"]["id"]) == aid for i in e["affected"]})
+    return aid, date, branches
+
+
+def test_an_earlier_branch_the_bulletin_does_not_list_is_possibly_affected():
+    aid, date, branches = latest()
+    earlier = [b for b in range(450, max(branches)) if b not in branches and b % 5 == 0][-1]
+    (f,) = unlisted(fs.rule_catalog(ctx("%d.100.01" % earlier)))
+    assert f["severity"] == "warning" and f["evidence"]["status"] == "possibly_affected"
+    assert f["evidence"]["branch"] == earlier and f["evidence"]["listed_branches"] == branches
+    assert f["evidence"]["bulletin"]["id"] == aid and f["evidence"]["bulletin"]["date"] == date
+    assert "Earlier software GPU branch releases that support these products might also be affected" \
+        in f["evidence"]["advice"]
+    assert "https://nvidia.custhelp.com/app/answers/detail/a_id/%s" % aid in f["references"]
+    assert f["remediation"]["summary"].startswith("move to a branch the bulletin lists (%s)"
+                                                  % ", ".join("R%d" % b for b in branches))
+    assert f["id"] in fd.FINDINGS and f["id"] in remediation.MANUAL
+
+
+def test_a_listed_branch_gives_nothing_and_a_newer_one_is_info():
+    _aid, _date, branches = latest()
+    assert unlisted(fs.rule_catalog(ctx("%d.10.01" % branches[-1]))) == []
+    assert unlisted(fs.rule_catalog(ctx("%d.10.01" % branches[0]))) == []
+    (f,) = unlisted(fs.rule_catalog(ctx("%d.10.01" % (branches[-1] + 5))))
+    assert f["severity"] == "info" and "newer than every branch" in f["evidence"]["reason"]
+
+
+def test_a_newer_bulletin_listing_the_branch_clears_it():
+    newer = copy.deepcopy([e for e in CATALOG if e["component"] == "driver" and e["kind"] == "security"][0])
+    newer["id"] = "site-driver-newer"
+    newer["advisory"] = dict(newer["advisory"], id="9999", date="2099-01-01")
+    newer["affected"] = [{"branch": "570", "fixed": "570.999.01"}]
+    assert unlisted(fs.rule_catalog(ctx("570.172.08"))), "R570 is not in the bundled catalog's latest bulletin"
+    assert unlisted(fs.rule_catalog(ctx("570.172.08", CATALOG + [newer]))) == []
+
+
+def test_unknown_driver_or_no_catalog_gives_nothing():
+    assert fs.rule_unlisted_branch({"nvidia": {"driver_version": "570.172.08"}}) == []
+    assert fs.rule_unlisted_branch({"catalog": CATALOG, "nvidia": {"driver_version": "garbage"}}) == []
+    assert fs.rule_unlisted_branch({"catalog": CATALOG}) == []
