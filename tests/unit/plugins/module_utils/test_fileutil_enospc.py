@@ -98,7 +98,7 @@ def test_backup_of_an_unreadable_source_names_the_source(tmp_path):
     os.mkfifo(str(fifo))
     with pytest.raises(fileutil.FileOpError) as e:      # never blocks on a FIFO
         fileutil.backup_file(str(fifo))
-    assert "cannot read %s to back it up: not a regular file" % fifo == str(e.value)
+    assert "cannot read %s to back it up: a FIFO, not a regular file" % fifo == str(e.value)
     assert sorted(os.listdir(str(tmp_path))) == ["fifo"]
 
 
@@ -161,5 +161,5 @@ def test_unsafe_target_symlinks(tmp_path):
     assert "its directory %s is owned by uid 65534" % other in fileutil.unsafe_target(str(link2))
     fifo = d / "fifo"
     os.mkfifo(str(fifo))
-    assert fileutil.unsafe_target(str(fifo)) == "%s is not a regular file" % fifo
+    assert fileutil.unsafe_target(str(fifo)) == "%s is a FIFO, not a regular file" % fifo
     assert fileutil.unsafe_target(str(d / "missing.yaml")) is None
