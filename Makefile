@@ -21,7 +21,7 @@ export ANSIBLE_PYTHON_INTERPRETER := $(BIN)/python
 export PATH := $(BIN):$(PATH)
 
 .PHONY: help deps venv tree pip-bootstrap molecule demo-down sanity units units-ansible-test modules lint integration test demo bench clean
-.PHONY: lab-dist matrix matrix-one galaxy-importer docs-lint changelog-lint
+.PHONY: lab-dist matrix matrix-one galaxy-importer docs-lint changelog-lint changelog
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -200,6 +200,9 @@ docs-lint: tree
 	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 changelog-lint: $(STAMP)
 	$(BIN)/antsibull-changelog lint
+# At a release: CHANGELOG.rst for galaxy.yml's version from the fragments (kept, recorded as released).
+changelog: tree
+	$(BIN)/antsibull-changelog release --update-existing --reload-plugins
 
 test: deps sanity units modules lint changelog-lint docs-lint galaxy-importer matrix integration molecule
 
