@@ -277,7 +277,7 @@ def analyse(history, timeline, plan, nodes):
             "rows": rows})
     total = max(per[n]["uncordon"] for n in nodes) - t0
     own = [per[n]["ready"] - per[n]["cordon"] for n in nodes]
-    floor = max(max(own), sum(own) / float(ROLLOUT_VARS["kubegpu_max_unavailable"]))
+    floor = max(own + [sum(own) / float(ROLLOUT_VARS["kubegpu_max_unavailable"])])
     floor_plugin = (sum(b["floor_plugin_s"] for b in out_batches)
                     if all(b["floor_plugin_s"] is not None for b in out_batches) else None)
     floor_work = (sum(b["floor_node_work_s"] for b in out_batches)

@@ -90,7 +90,7 @@ def analyse(history, nodes, plan_hosts, serial):
     reboot = dict((n, per[n]["ready"] - per[n]["cordon"]) for n in nodes)
     t0 = min(per[n]["cordon"] for n in nodes)
     rollout = max(per[n]["uncordon"] for n in nodes) - t0
-    ideal = max(max(work.values()), sum(work.values()) / float(SLOTS))
+    ideal = max(list(work.values()) + [sum(work.values()) / float(SLOTS)])
     order = [h for h in (plan_hosts or sorted(nodes)) if h in nodes]
     batches, rest = [], list(order)
     for size in serial or [SLOTS]:

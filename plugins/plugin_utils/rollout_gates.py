@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import datetime
 import re
-import ssl
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 
@@ -176,6 +176,12 @@ def alerts_check(doc, pattern=None, match_only=False, firing_only=False):
     return {"ok": not blocking, "blocking": blocking, "ignored": ignored, "msg": msg}
 
 
+def _open_url(url, timeout, validate_certs, ca_cert):
+    """ansible-core's HTTP client: the controller's proxy settings, CA bundle and TLS checks."""
+    return open_url(url, headers={"Accept": "application/json"}, timeout=timeout,
+                    validate_certs=validate_certs, ca_path=ca_cert, follow_redirects="safe")
+
+
 def fetch_alerts(url, timeout=10.0, validate_certs=True, ca_cert=None, max_bytes=ALERTS_MAX_BYTES, opener=None):
     """GET ``<url>/api/v1/alerts`` within ``timeout`` seconds; the parsed document, or
     ``GateError`` saying why not (unreachable, an HTTP error, too large, not JSON)."""
@@ -183,15 +189,8 @@ def fetch_alerts(url, timeout=10.0, validate_certs=True, ca_cert=None, max_bytes
     if not re.match(r"^https?://[^\s/]+", base):
         raise GateError("the Prometheus URL must be http(s)://host[:port][/prefix], got %r" % (url,))
     target = base + ALERTS_PATH
-    context = None
-    if base.startswith("https"):
-        context = ssl.create_default_context(cafile=ca_cert) if ca_cert else ssl.create_default_context()
-        if not validate_certs:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(target, headers={"Accept": "application/json"})
     try:
-        opened = (opener or urllib.request.urlopen)(request, timeout=timeout, context=context)
+        opened = (opener or _open_url)(target, timeout=timeout, validate_certs=validate_certs, ca_cert=ca_cert)
         with opened as resp:
             body = resp.read(max_bytes + 1)
     except urllib.error.HTTPError as exc:

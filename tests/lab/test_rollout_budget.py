@@ -388,7 +388,7 @@ def test_a_firing_alert_holds_the_start_and_its_clearing_releases_it(tmp_path, a
         # the wait goes on reading the Nodes (a failure of its run would stop it) and writes nothing
         proc.client.wait_for_read(resource="nodes", verb="list", timeout=120)
         assert stored_leases(proc) == {}
-        assert not [e for e in proc.client.reads(resource="leases")]
+        assert not list(proc.client.reads(resource="leases"))
         cleared_at = max([e["seq"] for e in proc.client.history(nodes=False)] or [0])
         exporter.value = 0
         worker.join(300)

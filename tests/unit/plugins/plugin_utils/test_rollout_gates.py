@@ -100,12 +100,13 @@ class Resp(io.BytesIO):
 def test_fetch_bounds_the_answer_and_names_what_failed():
     seen = {}
 
-    def opener(request, timeout, context):
-        seen.update(url=request.full_url, timeout=timeout)
+    def opener(url, timeout, validate_certs, ca_cert):
+        seen.update(url=url, timeout=timeout, validate_certs=validate_certs, ca_cert=ca_cert)
         return Resp(json.dumps(alerts(("A", "firing"))).encode())
 
     doc = g.fetch_alerts("http://127.0.0.1:9090/prom/", timeout=3, opener=opener)
-    assert seen == {"url": "http://127.0.0.1:9090/prom/api/v1/alerts", "timeout": 3}
+    assert seen == {"url": "http://127.0.0.1:9090/prom/api/v1/alerts", "timeout": 3, "validate_certs": True,
+                    "ca_cert": None}
     assert doc["data"]["alerts"][0]["labels"]["alertname"] == "A"
     with pytest.raises(g.GateError) as err:
         g.fetch_alerts("http://x:1", opener=lambda *a, **k: Resp(b"[" * 100), max_bytes=64)
