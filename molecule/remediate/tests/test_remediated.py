@@ -276,17 +276,25 @@ def _bytes(q):
     return int(q)
 
 
-def test_row_remap_node_was_drained_rebooted_and_remapped(host, history):
+def test_row_remap_node_was_drained_and_its_gpu_reset_not_rebooted(host, history):
     if seed_of(host) != "row-remap-pending":
         pytest.skip("row remap node only")
     node = node_of(host)
     # Drained in its batch: the node was among the unavailable ones at some point.
     assert any(node in (e.get("unavailable_gpu_nodes") or []) for e in history)
-    # The reboot (a GPU reset) applied the pending remap: NVML no longer reports it pending, and
-    # the Xid 63 of the boot before is not in this boot's kernel log.
+    # Repaired by a GPU reset (kubegpu.fleet.gpu_reset through the fake nvidia-smi -r), not a
+    # reboot: NVML no longer reports the remap pending, the node kept the boot whose kernel log
+    # holds the Xid 63, and the reset is recorded for this boot (gpu_facts counts the Xid as
+    # cleared by it).
     xml = host.check_output("nvidia-smi -q -x")
     assert "<remapped_row_pending>No</remapped_row_pending>" in xml, xml[-2000:]
-    assert "Xid" not in host.run("cat /run/kubegpu-lab/kmsg 2>/dev/null").stdout
+    assert "NVRM: Xid (PCI:0000:18:00): 63" in host.run("cat /run/kubegpu-lab/kmsg 2>/dev/null").stdout
+    record = json.loads(host.file("/var/lib/kubegpu/gpu-reset.json").content_string)
+    assert record["boot_id"] == host.file("/proc/sys/kernel/random/boot_id").content_string.strip()
+    assert list(record["resets"]) == ["0000:18:00.0"]
+    boots = set((e.get("nodes") or {}).get(node, {}).get("bootID") for e in history
+                if (e.get("nodes") or {}).get(node, {}).get("bootID"))
+    assert len(boots) == 1, boots
 
 
 def test_every_node_on_the_security_fixes(host):
