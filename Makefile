@@ -128,18 +128,22 @@ lab-dist: $(STAMP)
 # pins conflict: one with ansible-core and its ansible-test sanity requirements, one with ansible-core,
 # tests/unit/requirements.txt and the pytest that fits): the sanity tests whose rules change between
 # cores (MATRIX_SANITY) and the unit tests.
-MATRIX_CORES  ?= 2.16.19 2.17.14 2.18.19
-# units on the oldest claimed core and the one before the pinned core (2.17 sits between them; its
-# units add about 3 minutes to CI): MATRIX_UNITS_CORES="$(MATRIX_CORES)" runs them everywhere
-MATRIX_UNITS_CORES ?= 2.16.19 2.18.19
-MATRIX_PYTHON ?= python3.11
+MATRIX_CORES  ?= 2.16.19 2.17.14 2.18.19 2.20.10
+# units on the oldest claimed core, the one before the pinned core and the newest (2.17 sits between
+# them; its units add about 3 minutes to CI): MATRIX_UNITS_CORES="$(MATRIX_CORES)" runs them everywhere
+MATRIX_UNITS_CORES ?= 2.16.19 2.18.19 2.20.10
+# ansible-core 2.20 and later need Python 3.12 on the controller (pip offers them to nothing older):
+# their venvs use the first Python 3.12 found (pyenv's, else the system's).
+MATRIX_PY312  ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12))
+matrix_python = $(if $(filter 2.16.% 2.17.% 2.18.% 2.19.%,$(1)),python3.11,$(MATRIX_PY312))
+matrix_pyver  = $(if $(filter 2.16.% 2.17.% 2.18.% 2.19.%,$(1)),3.11,3.12)
 MATRIX_DIR    := $(BUILD)/matrix
 MATRIX_SANITY ?= --test validate-modules --test ansible-doc --test yamllint --test runtime-metadata \
                  --test action-plugin-docs --test ignores --test shebang --test symlinks
 MATRIX_SANITY_REQS := validate-modules ansible-doc yamllint runtime-metadata
 $(MATRIX_DIR)/%/sanity/.installed: requirements-dev.txt
 	rm -rf $(MATRIX_DIR)/$*/sanity
-	$(MATRIX_PYTHON) -m venv $(MATRIX_DIR)/$*/sanity
+	$(call matrix_python,$*) -m venv $(MATRIX_DIR)/$*/sanity
 	$(MATRIX_DIR)/$*/sanity/bin/pip install -q --disable-pip-version-check "ansible-core==$*"
 	reqs=$$($(MATRIX_DIR)/$*/sanity/bin/python -c "import ansible_test,os;print(os.path.join(os.path.dirname(ansible_test.__file__),'_data','requirements'))"); \
 	$(MATRIX_DIR)/$*/sanity/bin/pip install -q --disable-pip-version-check "ansible-core==$*" \
@@ -147,7 +151,7 @@ $(MATRIX_DIR)/%/sanity/.installed: requirements-dev.txt
 	touch $@
 $(MATRIX_DIR)/%/units/.installed: requirements-dev.txt tests/unit/requirements.txt
 	rm -rf $(MATRIX_DIR)/$*/units
-	$(MATRIX_PYTHON) -m venv $(MATRIX_DIR)/$*/units
+	$(call matrix_python,$*) -m venv $(MATRIX_DIR)/$*/units
 	$(MATRIX_DIR)/$*/units/bin/pip install -q --disable-pip-version-check "ansible-core==$*" \
 	  -r tests/unit/requirements.txt pytest pytest-xdist $$(grep -E '^(jmespath|PyYAML)==' requirements-dev.txt)
 	touch $@
@@ -170,7 +174,7 @@ matrix-one: $(MATRIX_DIR)/$(CORE)/sanity/.installed $(if $(MATRIX_UNITS),$(MATRI
 	# both halves run; either failing fails the core
 	rc=0; (cd $(MATRIX_DIR)/$(CORE)/tree/ansible_collections/kubegpu/fleet && git init -q && git add -A && \
 	  PATH=$(MATRIX_DIR)/$(CORE)/sanity/bin:$$PATH $(MATRIX_DIR)/$(CORE)/sanity/bin/ansible-test sanity --color=no \
-	    --python 3.11 $(MATRIX_SANITY)) || rc=1; \
+	    --python $(call matrix_pyver,$(CORE)) $(MATRIX_SANITY)) || rc=1; \
 	$(if $(MATRIX_UNITS),PATH=$(MATRIX_DIR)/$(CORE)/units/bin:$$PATH ANSIBLE_PYTHON_INTERPRETER=$(MATRIX_DIR)/$(CORE)/units/bin/python \
 	  $(MATRIX_DIR)/$(CORE)/units/bin/pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS) || rc=1;) \
 	echo "ansible-core $(CORE): $$( [ $$rc = 0 ] && echo passed || echo FAILED)"; exit $$rc

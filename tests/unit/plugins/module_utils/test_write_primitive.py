@@ -15,10 +15,19 @@ import sys
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.tests.lib.procs import python_for_uid
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making files another uid owns (os.chown) needs root")
 
 NOBODY = 65534
+
+
+def _nobody_python():
+    """The interpreter uid 65534 can run (the pinned core's, else the system's); skip without one."""
+    python = python_for_uid(NOBODY)
+    if python is None:
+        pytest.skip("no Python interpreter that uid %d can start (setpriv)" % NOBODY)
+    return python
 
 
 def sha(path):
@@ -323,7 +332,7 @@ def test_a_normal_user_may_write_in_its_own_directory(tmp_path):
                 % (base, os.path.join(mine, "r.json"), os.path.join(mine, "sub", "dir"),
                    os.path.join(foreign, "r.json")))
         out = subprocess.run(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                              sys.executable, "-I", "-B", "-c", code],
+                              _nobody_python(), "-I", "-B", "-c", code],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60,
                              check=False)
         assert out.returncode == 0, out.stdout

@@ -23,8 +23,17 @@ import tempfile
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.tests.lib.procs import python_for_uid
 
 NOBODY = 65534
+
+
+def _nobody_python():
+    """The interpreter uid 65534 can run (the pinned core's, else the system's); skip without one."""
+    python = python_for_uid(NOBODY)
+    if python is None:
+        pytest.skip("no Python interpreter that uid %d can start (setpriv)" % NOBODY)
+    return python
 ITERATIONS = 300
 
 pytestmark = [
@@ -97,7 +106,7 @@ def arena(tmp_path):
 def attack(mode, directory, target, calls):
     """Run the attacker on ``directory`` while ``calls()`` runs; return the names it swapped."""
     proc = subprocess.Popen(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups",
-                             sys.executable, "-I", "-B", "-c", ATTACKER, mode, directory, target],
+                             _nobody_python(), "-I", "-B", "-c", ATTACKER, mode, directory, target],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, universal_newlines=True)
     try:
         assert proc.stdout.readline() == "ready\n", "the attacker did not start"
