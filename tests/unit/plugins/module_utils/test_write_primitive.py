@@ -10,7 +10,6 @@ import hashlib
 import os
 import stat
 import subprocess
-import sys
 
 import pytest
 

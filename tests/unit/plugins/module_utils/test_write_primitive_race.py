@@ -17,7 +17,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -34,6 +33,8 @@ def _nobody_python():
     if python is None:
         pytest.skip("no Python interpreter that uid %d can start (setpriv)" % NOBODY)
     return python
+
+
 ITERATIONS = 300
 
 pytestmark = [
