@@ -409,12 +409,15 @@ def test_the_cordon_goes_with_the_slot_and_a_failed_cordon_gives_it_back(ansible
     proc = api_double_factory(seed=fleet())
     record = {"kubegpu.io/maintenance": '{"was_unschedulable":false}'}
     res = ansible.playbook(play([
-        slot_task("take and cordon", "gpu-0", proc.kubeconfig, unschedulable=True, annotations=record),
+        slot_task("take and cordon", "gpu-0", proc.kubeconfig, unschedulable=True, annotations=record,
+                  lease_duration=6),
         slot_task("uncordon and give back", "gpu-0", proc.kubeconfig, state="release", unschedulable=False,
                   annotations={"kubegpu.io/maintenance": None})]), env=play_env(tmp_path), diff=True)
     take, back = res.task("take and cordon"), res.task("uncordon and give back")
-    # the renewer ends with its run (its slot is given back already): nothing of the test outlives it
-    wait_until("the renewer to end", lambda: not renewers(take["holder"], tmp_path))
+    # the renewer ends with its run (its slot is given back already): nothing of the test outlives it.
+    # A renewer busy in an API call when its run ends finishes that call (read timeout 60 s) and may
+    # retry the release for three renewal intervals: the safety limit covers both.
+    wait_until("the renewer to end", lambda: not renewers(take["holder"], tmp_path), timeout=300.0)
     assert take["acquired"] and take["cordoned"] and take["patched"] and take["changed"], take
     assert take["diff"]["after"] == {"unschedulable": True, "annotations": record}
     assert back["released"] and back["patched"] and back["changed"], back
