@@ -2,7 +2,7 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of kubegpu.fleet.reboot_need: gather what decides a reboot on the node, decide
-on the controller (plugin_utils/reboot_need.py)."""
+on the controller (plugin_utils/rollout/reboot_need.py)."""
 from __future__ import annotations
 
 import base64
@@ -13,7 +13,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboot_need
 
 FACT = "kubegpu_rolling_reboot_need"
 

@@ -12,7 +12,7 @@ short_description: Decide whether a GPU node needs a reboot, with the reasons
 version_added: 0.3.0
 description:
   - Gathers from the node in one task what decides a reboot, then decides on the controller
-    (the logic is in C(plugins/plugin_utils/reboot_need.py)), the way
+    (the logic is in C(plugins/plugin_utils/rollout/reboot_need.py)), the way
     P(kubegpu.fleet.rolling_reboot#role) uses it for O(mode=needed).
   - "Pending reasons: a reboot sentinel exists (O(sentinels); Ubuntu's update-notifier, kured and
     the C(kubegpu.fleet.driver) role write C(/run/reboot-required)); the installed NVIDIA driver

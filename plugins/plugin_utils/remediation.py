@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import normalize_bus_id
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.reboot_need import gpu_reasons
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout.reboot_need import gpu_reasons
 
 # Findings whose fix changes what running GPU pods depend on (driver files, the device
 # checkpoint, device cgroups of existing containers) or needs a reboot: the node is drained

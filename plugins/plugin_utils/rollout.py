@@ -7,7 +7,7 @@ Input is what ``kubernetes.core.k8s_info`` returns (plain dicts) and what
 ``kubegpu.fleet.gpu_facts`` gathers. Nothing here talks to a cluster or a node; the role's
 tasks do, and call these functions through the ``kubegpu.fleet.rollout_decide`` action (and the
 ``kubegpu.fleet.rollout_plan``/``rollout_leftover`` filters). Whether a node needs a reboot is
-plugin_utils/reboot_need.py.
+plugin_utils/rollout/reboot_need.py.
 
 The budget follows the GPU Operator's driver upgrade controller (k8s-operator-libs
 ``pkg/upgrade``): ``maxUnavailable`` is a count or a percentage of the GPU nodes, percentages

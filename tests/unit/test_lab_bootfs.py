@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need as rn
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboot_need as rn
 
 from ansible_collections.kubegpu.fleet.lab.kubegpu_lab import bootfs
 

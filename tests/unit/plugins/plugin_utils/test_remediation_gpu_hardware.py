@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboot_need
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import plan_node
 
 from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (

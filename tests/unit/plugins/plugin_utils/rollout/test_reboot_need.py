@@ -1,7 +1,7 @@
-"""The reboot decision (plugin_utils/reboot_need.py) over /boot as real distributions lay it out."""
+"""The reboot decision (plugin_utils/rollout/reboot_need.py) over /boot as real distributions lay it out."""
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import reboot_need as rn
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboot_need as rn
 
 from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.boot_layouts import (
     DEBIAN_12, DEBIAN_12_LINKS_IN_BOOT, RESCUE, ROCKY_9, UBUNTU_2204, UBUNTU_2404)
