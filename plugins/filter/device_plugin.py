@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters behind kubegpu.fleet.device_plugin (logic in plugin_utils/device_plugin.py)."""
+"""Filters behind kubegpu.fleet.device_plugin (logic in plugin_utils/stack/device_plugin.py)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import device_plugin as dp
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import device_plugin as dp
 
 
 def _wrap(func):

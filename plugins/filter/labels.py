@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubegpu.fleet.has_label: the one skip-label test of every role (logic in plugin_utils/labels.py)."""
+"""kubegpu.fleet.has_label: the one skip-label test of every role (logic in plugin_utils/k8s/labels.py)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import labels
 
 DOCUMENTATION = r"""
 name: has_label

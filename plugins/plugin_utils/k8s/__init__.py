@@ -11,6 +11,8 @@
 * ``service`` - object helpers: get (None when absent), list, and a read-compute-patch loop that
   sends an RFC 6902 JSON patch guarded by a ``test`` of the resourceVersion it was computed from.
 * ``waiter`` - the deadline loop every wait shares, with an injectable clock.
+* ``labels`` - the one label selector parser (``key=value`` or ``key``), behind the skip label
+  of every role (filter ``kubegpu.fleet.has_label``), the rollout and the device plugin plan.
 
 Every action plugin that talks to the API (``kubegpu.fleet.node_maintenance``, and any later one)
 takes ``AUTH_ARG_SPEC``, calls ``client.connect`` and closes the client in ``finally`` (``close()``

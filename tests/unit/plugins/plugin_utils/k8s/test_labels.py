@@ -1,12 +1,12 @@
-"""The one skip-label parser (plugin_utils/labels.py) and the kubegpu.fleet.has_label filter every
+"""The one skip-label parser (plugin_utils/k8s/labels.py) and the kubegpu.fleet.has_label filter every
 role uses; the rollout plan and the device plugin planning go through it as well."""
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kubegpu.fleet.plugins.filter import labels as label_filters
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import device_plugin as dp
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout as ro
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import labels
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import device_plugin as dp
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gpu_nodes as ro
 
 
 def obj(**lab):

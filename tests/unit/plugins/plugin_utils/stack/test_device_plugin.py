@@ -1,10 +1,10 @@
-"""Device plugin DaemonSet patch planning and broken-pod recreation (plugin_utils/device_plugin.py)."""
+"""Device plugin DaemonSet patch planning and broken-pod recreation (plugin_utils/stack/device_plugin.py)."""
 import copy
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import device_plugin as dp
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import device_plugin as dp
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import gpu as fd
 
 IMG = "nvcr.io/nvidia/k8s-device-plugin"
 
@@ -41,6 +41,11 @@ NODES = [node("gpu-healthy"), node("gpu-cpumanager", pool="h100-legacy"), node("
 
 def by_name(plans):
     return dict((p["name"], p) for p in plans)
+
+
+def patched(plans):
+    """The plans the role applies (cluster.yml patches the DaemonSets whose plan has a patch)."""
+    return [p for p in plans if p["patch"]]
 
 
 def apply_smp(ds_obj, patch):
@@ -167,15 +172,15 @@ def test_auto_patches_only_the_daemonset_serving_static_cpu_manager_nodes():
     assert legacy["set_pass_device_specs"] and not legacy["upgrade"]
     assert legacy["patch"] == {"spec": {"template": {"spec": {"containers": [
         {"name": "nvidia-device-plugin-ctr", "env": [{"name": "PASS_DEVICE_SPECS", "value": "true"}]}]}}}}
-    assert dp.changes_needed(plans.values()) == [legacy]
+    assert patched(plans.values()) == [legacy]
 
 
 def test_auto_without_static_nodes_changes_nothing_and_always_patches_every_daemonset_lacking_it():
-    assert dp.changes_needed(dp.plan_daemonsets([GOOD, LEGACY], NODES)) == []
-    always = dp.changes_needed(dp.plan_daemonsets([GOOD, LEGACY], NODES, pass_device_specs=True))
+    assert patched(dp.plan_daemonsets([GOOD, LEGACY], NODES)) == []
+    always = patched(dp.plan_daemonsets([GOOD, LEGACY], NODES, pass_device_specs=True))
     assert [p["name"] for p in always] == ["nvidia-device-plugin-legacy"]
     never = dp.plan_daemonsets([GOOD, LEGACY], NODES, static_nodes=["gpu-cpumanager"], pass_device_specs="never")
-    assert dp.changes_needed(never) == []
+    assert patched(never) == []
 
 
 def test_env_merge_keeps_every_other_entry_and_field():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DevicePluginVersion
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import labels as label_selector
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import labels as label_selector
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"
 DEFAULT_IMAGE_PATTERN = "k8s-device-plugin"
@@ -94,15 +94,8 @@ def image_repository(image):
     return head + sep + last
 
 
-def parse_label(selector):
-    """``key=value`` -> (key, value); ``key`` -> (key, None); the one parser (plugin_utils/labels.py)."""
-    try:
-        return label_selector.parse_selector(selector)
-    except label_selector.LabelError as exc:
-        raise DevicePluginError(str(exc))
-
-
 def has_label(obj, selector):
+    """The one skip-label test (plugin_utils/k8s/labels.py), a bad selector a :class:`DevicePluginError`."""
     try:
         return label_selector.has_label(obj, selector)
     except label_selector.LabelError as exc:
@@ -365,10 +358,6 @@ def daemonset_patch(container, image=None, pass_device_specs=False, drop_value_f
             env["valueFrom"] = None  # null deletes the field in a strategic merge patch
         ctr["env"] = [env]
     return {"spec": {"template": {"spec": {"containers": [ctr]}}}}
-
-
-def changes_needed(plans):
-    return [p for p in plans or [] if p.get("patch")]
 
 
 # ------------------------------------------------------------------------- pods
