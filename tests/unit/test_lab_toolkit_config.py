@@ -1,7 +1,7 @@
 """The lab's container toolkit packages (lab/kubegpu_lab/packages.py build_toolkit) install NVIDIA's
 packaged config.toml (lab/packages/files/config.toml, sourced in the README beside it) as a
 conffile, for every toolkit version of the lab's catalog; the collection's controller-side
-completion (plugins/plugin_utils/toolkit_config.py) reads that file as a real node's: mode = "auto",
+completion (plugins/plugin_utils/stack/facts.py) reads that file as a real node's: mode = "auto",
 legacy injection before toolkit 1.18.0 and CDI from 1.18.0."""
 import os
 import shutil
@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.lab.kubegpu_lab import packages
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import facts as tc
 from ansible_collections.kubegpu.fleet.tests.lib.paths import TOOLKIT_CONFIG
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb is not installed")

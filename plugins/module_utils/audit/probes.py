@@ -202,7 +202,7 @@ def _skip_cgroup_devices(results):
 
 def _run_stack_facts(params, host):
     # config.toml comes back as text: the audit_node action parses it on the controller
-    # (plugin_utils/toolkit_config.finish_stack_facts), as the stack_facts action does.
+    # (plugin_utils/stack/facts.finish_stack_facts), as the stack_facts action does.
     from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.facts import stack_facts_run
     return stack_facts_run(params, host.get_bin_path, host.warn)
 

@@ -6,7 +6,7 @@ fabric manager, NVSwitches and the kernel module flavour.
 
 Everything is read through :mod:`safe_io` (regular files only, size bounds) and every command
 runs with a deadline. The toolkit's ``config.toml`` is returned as bounded raw text: TOML is
-parsed on the controller (``plugins/plugin_utils/toolkit_config.py``, stdlib ``tomllib``),
+parsed on the controller (``plugins/plugin_utils/stack/facts.py``, stdlib ``tomllib``),
 because nodes may run a Python without a TOML parser. Facts that depend on the config
 (injection mode, low-level runtime, the cuda-compat hook mitigation) are therefore filled in
 by the controller; this module returns what they are derived from.

@@ -63,6 +63,12 @@ class Task(object):
         """Run module ``name`` on the task's host with ``args``; its result as it returns it."""
         return self._plugin._execute_module(module_name=name, module_args=args, task_vars=self.task_vars)
 
+    def validate(self, argument_spec):
+        """The task's options validated against ``argument_spec`` (Ansible's own validation), for
+        an action whose ``Action`` has no spec because it checks something before validating."""
+        _validation, args = self._plugin.validate_argument_spec(argument_spec=argument_spec)
+        return args
+
     @property
     def raw_args(self):
         """The task's arguments before validation (for an action that hands them on unchanged)."""

@@ -1,5 +1,5 @@
 """Node stack facts (module_utils/stack/facts.py) and their controller-side completion
-(plugin_utils/toolkit_config.py): a real dpkg database read by the real dpkg-query, real
+(plugin_utils/stack/facts.py): a real dpkg database read by the real dpkg-query, real
 config.toml contents (the file the 1.17.8 package writes), hostile files."""
 import os
 import shutil
@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts as ns
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.packages import parse_dpkg_query, parse_rpm_query
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import facts as tc
 from ansible_collections.kubegpu.fleet.tests.lib.paths import TOOLKIT_CONFIG
 
 # What nvidia-ctk 1.17.8 writes at package install (postinst: nvidia-ctk config --in-place);

@@ -1,5 +1,5 @@
 """Controller-side edits of the NVIDIA Container Toolkit's config.toml
-(plugins/plugin_utils/toolkit_config_edit.py): real tomlkit on the file the 1.17.8 package writes
+(plugins/plugin_utils/stack/toolkit_config.py): real tomlkit on the file the 1.17.8 package writes
 (lab/packages/files/config.toml, sourced in the README beside it), the result parsed back by the real
 tomllib."""
 import hashlib
@@ -10,7 +10,7 @@ import tomllib
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config_edit as tce
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import toolkit_config as tce
 from ansible_collections.kubegpu.fleet.tests.lib.paths import TOOLKIT_CONFIG
 
 FIXTURE = TOOLKIT_CONFIG

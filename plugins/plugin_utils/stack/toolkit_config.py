@@ -1,13 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Set keys of the NVIDIA Container Toolkit's ``config.toml`` on the controller (pure functions).
+"""The ``kubegpu.fleet.toolkit_config`` action: set keys of the NVIDIA Container Toolkit's
+``config.toml``, edited on the controller.
 
-The ``kubegpu.fleet.toolkit_config`` action plugin reads the file through its node module, and
-:func:`plan_edit` decides the new text here, with the style-preserving TOML library
-``tomlkit`` (comments, key order, spacing and the rest of the file are kept), because nodes have
-no TOML writer. Then the result is parsed again with the standard library's ``tomllib`` and
-must equal the file as it was with exactly the requested values set; anything else is refused.
+Nodes have no TOML writer: the node module reads the file (bounded, regular files only), and
+:func:`plan_edit` decides the new text here, with the style-preserving TOML library ``tomlkit``
+(comments, key order, spacing and the rest of the file are kept). Then the result is parsed again
+with the standard library's ``tomllib`` and must equal the file as it was with exactly the
+requested values set; anything else is refused. The module writes the new text only when a
+value changes and not in check mode, refusing when the file changed since it was read (sha256 of
+the bytes the edit was based on). :data:`ACTION` runs these steps.
 
 Refused with :class:`TomlEditError` (a message naming the key; nothing is written):
 
@@ -26,10 +29,13 @@ left alone: when all do, the text is returned unchanged.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 
 try:
     import tomlkit
@@ -39,6 +45,14 @@ try:
 except ImportError:  # pragma: no cover - exercised by the message test through a subprocess
     tomlkit = None
 
+MODULE = "kubegpu.fleet.toolkit_config"
+INTERNAL = ("read", "content", "expected_sha256")  # options only this action sets on the module
+ARGSPEC = {
+    # str, not path: "~" and variables are the node's, the module (type path) expands them there
+    "path": {"type": "str", "default": "/etc/nvidia-container-runtime/config.toml"},
+    "settings": {"type": "dict", "required": True},
+    "backup": {"type": "bool", "default": True},
+}
 MAX_BYTES = parse_bound.TOML_LIMITS.max_bytes
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 BARE_LF = re.compile(r"(?<!\r)\n")
@@ -275,3 +289,59 @@ def plan_edit(data, settings, path="config.toml", node=None):
     text = decode(data, path)
     after, changes = edit(text, settings, path, node)
     return {"before": text, "after": after, "changes": changes, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _toolkit_config(task, _raw):
+    """Read through the module, edit here, write through the module (not in check mode)."""
+    internal = [k for k in INTERNAL if k in task.raw_args]
+    if internal:  # checked before validation, which would only call them unsupported
+        raise runner.ActionFailed("%s: %s set by the action plugin, not by a task"
+                                  % (", ".join(internal), "is" if len(internal) == 1 else "are"))
+    args = task.validate(ARGSPEC)
+    path = args["path"]
+    result = {"changed": False, "path": path, "changes": []}
+    missing = missing_library()
+    if missing:
+        raise runner.ActionFailed(missing, **result)
+    try:
+        check_settings(args["settings"])
+    except TomlEditError as e:
+        raise runner.ActionFailed("%s: %s" % (path, e), **result)
+
+    read = task.module(MODULE, dict(args, read=True))
+    if read.get("failed") or "content_b64" not in read:
+        read.pop("invocation", None)
+        result.update(read)
+        result.setdefault("msg", "%s: the module returned no content" % path)
+        result["failed"] = True
+        return result
+    try:
+        data = base64.b64decode(read["content_b64"], validate=True)
+        plan = plan_edit(data, args["settings"], path, task.hostname)
+    except (binascii.Error, ValueError, TypeError) as e:
+        raise runner.ActionFailed(str(e) if isinstance(e, TomlEditError)
+                                  else "%s: the module returned undecodable content (%s)" % (path, e), **result)
+    result["changes"] = plan["changes"]
+    if task.diff:
+        result["diff"] = {"before": plan["before"], "after": plan["after"],
+                          "before_header": path, "after_header": path}
+    if not plan["changes"]:
+        return result
+    result["changed"] = True
+    if task.check_mode:
+        return result
+    write = task.module(MODULE, dict(args, content=plan["after"], expected_sha256=plan["sha256"]))
+    write.pop("invocation", None)
+    if write.get("failed"):
+        result.update(write)
+        result["changed"] = False
+        return result
+    result["changed"] = bool(write.get("changed"))
+    for key in ("backup_file", "warnings", "deprecations"):
+        if key in write:
+            result[key] = write[key]
+    return result
+
+
+# validated inside, after the check for the options only this action may set
+ACTION = runner.Action(None, _toolkit_config)

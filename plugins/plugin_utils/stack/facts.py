@@ -1,12 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The NVIDIA Container Toolkit's ``config.toml`` on the controller (pure functions).
+"""The controller half of the NVIDIA container stack facts (``nvidia_stack``).
 
 The node module (``kubegpu.fleet.stack_facts``, or the ``stack_facts`` probe of
-``kubegpu.fleet.audit_node``) returns the file as bounded raw text; :func:`finish_stack_facts`
-parses it with the standard library's ``tomllib`` (Python 3.11+; ``tomli`` where an older
-controller has it) and fills in the facts that depend on it:
+``kubegpu.fleet.audit_node``) returns the toolkit's ``config.toml`` as bounded raw text (nodes
+may have no TOML parser); :func:`finish_stack_facts` parses it with the standard library's
+``tomllib`` (Python 3.11+; ``tomli`` where an older controller has it) and fills in the facts
+that depend on it:
 
 - ``config``: the settings that matter (mode, runtimes, the feature flags, the
   unprivileged-envvar switch, the legacy cuda-compat mode).
@@ -25,11 +26,17 @@ size and shape check, then a parse killed at its deadline). A broken, non-UTF-8,
 hostile file (one the bound refuses or stops) is a warning and ``config: null`` - the file is
 treated as unreadable - never an exception. Node-supplied fields of the wrong type (a
 compromised node) raise :class:`StackShapeError` naming the field.
+
+:data:`ACTION` is the ``kubegpu.fleet.stack_facts`` action: it runs the module, finishes its
+``nvidia_stack`` fact here and fails the task, naming the field, when the result is malformed.
 """
 from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+
+MODULE = "kubegpu.fleet.stack_facts"
 
 DEFAULT_RUNTIMES = ["docker-runc", "runc", "crun"]
 JIT_CDI_DEFAULT_FROM = SemVer("1.18.0")
@@ -197,3 +204,26 @@ def finish_stack_facts(stack, node=None):
     else:
         tk["cuda_compat_hook_disabled"] = None
     return stack, warnings
+
+
+def _stack_facts(task, args):
+    """The stack_facts module's result with its ``nvidia_stack`` finished (the warnings added)."""
+    result = task.module(MODULE, args)
+    if result.get("failed"):
+        return result
+    facts = result.get("ansible_facts")
+    try:
+        if not isinstance(facts, dict) or "nvidia_stack" not in facts:
+            raise StackShapeError("no nvidia_stack fact")
+        _stack, warnings = finish_stack_facts(facts["nvidia_stack"], task.hostname)
+    except StackShapeError as e:
+        raise runner.ActionFailed("stack_facts on %s returned a malformed result: %s" % (task.hostname, shown(str(e))))
+    if warnings:
+        existing = result.get("warnings")
+        result["warnings"] = (existing if isinstance(existing, list) else
+                              [] if existing is None else [shown(existing)]) + warnings
+    return result
+
+
+# the module validates its own options
+ACTION = runner.Action(None, _stack_facts)
