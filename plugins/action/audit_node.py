@@ -38,7 +38,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import 
     evaluation_input,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import audit_eval
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.toolkit_config import finish_stack_facts, shown
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack.facts import finish_stack_facts, shown
 
 MODULE = "kubegpu.fleet.audit_node"
 MAX_MSG = 2000  # characters of a node-supplied probe message kept

@@ -15,8 +15,8 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound as pb
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout as ro
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config as tc
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_config_edit as tce
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import facts as tc
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import toolkit_config as tce
 from ansible_collections.kubegpu.fleet.tests.lib import hostile_toml
 from ansible_collections.kubegpu.fleet.tests.lib.paths import REPO, TOOLKIT_CONFIG
 
@@ -261,7 +261,7 @@ IMPORT_IS_PARSING = ("tomllib", "tomli", "tomlkit", "xml", "pickle", "marshal", 
 ALLOWED = {
     "plugins/plugin_utils/parse_bound.py": None,  # the bound itself
     # the edit's document model; edit() runs _edit only through parse_bound.toml_bounded (tested above)
-    "plugins/plugin_utils/toolkit_config_edit.py": {"import tomlkit", "tomlkit.parse"},
+    "plugins/plugin_utils/stack/toolkit_config.py": {"import tomlkit", "tomlkit.parse"},
     # the collection's catalog files and the task's catalog_extra: the operator's data
     "plugins/plugin_utils/catalog_v2.py": {"yaml.load"},
     # the collection's own JSON schema and catalog files
@@ -325,7 +325,7 @@ def test_controller_code_parses_documents_only_through_the_bound():
         if extra:
             offending[rel] = sorted(extra)
     assert offending == {}, "parse node data through plugins/plugin_utils/parse_bound.py: %s" % offending
-    assert parser_uses(os.path.join(REPO, "plugins/plugin_utils/toolkit_config.py")) == set()
+    assert parser_uses(os.path.join(REPO, "plugins/plugin_utils/stack/facts.py")) == set()
 
 
 def test_the_structure_check_catches_a_parser_call(tmp_path):
