@@ -413,7 +413,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import require_yaml
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_yaml import require_yaml
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts_run import kubelet_facts_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 

@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Edit a KubeletConfiguration: merge, compare, render, size reservations, find overriding flags.
 
-Node side, Python 3.8+. The config is read with ``kubelet.load_config_text`` and written back
+Node side, Python 3.8+. The config is read with ``config_yaml.load_config_text`` and written back
 with ``render`` (PyYAML's dumper, or ``json`` for a JSON file); settings apply with
-``kubelet.merge_patch`` (RFC 7386, the one merge of the collection). Everything here is a
+``merge_patch.merge_patch`` (RFC 7386, the one merge of the collection). Everything here is a
 plain function; ``kubelet_config_run`` does the module's file I/O.
 
 * ``same`` / ``changed_paths``: semantic comparison (types matter: ``true`` is not ``1``).
@@ -26,19 +26,23 @@ import math
 import re
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
-    BOOL_FLAGS,
-    DEFAULT_EVICTION_HARD,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_yaml import (
     MAX_DEPTH,
-    ConfigParseError,
-    QuantityError,
     check_depth,
+    ConfigParseError,
     dump_config_yaml,
-    gke_reserved_memory_bytes,
     load_config_text,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.flags import BOOL_FLAGS
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.memory import (
+    DEFAULT_EVICTION_HARD,
+    gke_reserved_memory_bytes,
     parse_memory_threshold,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.quantity import (
     parse_quantity,
     quantity_to_bytes,
+    QuantityError,
 )
 
 MIB = 1 << 20

@@ -20,20 +20,21 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil imp
     unsafe_target,
     write_file,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_files import (
     CONFIG_MAX_BYTES,
     DEFAULT_CONFIG_PATH,
-    ConfigParseError,
-    flag_value,
-    identify_kubelet,
     kubelet_view_paths,
-    load_config_text,
     load_dropins,
-    merge_patch,
-    parse_flags,
-    read_meminfo_total,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_yaml import (
+    ConfigParseError,
+    load_config_text,
     require_yaml,
 )
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.flags import flag_value, parse_flags
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.memory import read_meminfo_total
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.merge_patch import merge_patch
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.process import identify_kubelet
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config import (
     SettingsError,
     changed_paths,

@@ -13,11 +13,9 @@ import os
 import time
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
-    DEFAULT_PACKAGE,
-    gather_kubelet_facts,
-    unanswered_allocations,
-)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.allocation_log import unanswered_allocations
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import gather_kubelet_facts
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.version import DEFAULT_PACKAGE
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 JOURNAL_TIMEOUT = 30.0

@@ -8,11 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet import config as kc
-from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import (
-    gke_reserved_memory_bytes,
-    load_config_text,
-    merge_patch,
-)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_yaml import load_config_text
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.memory import gke_reserved_memory_bytes
+from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.merge_patch import merge_patch
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -20,7 +18,7 @@ DEFAULTS = {"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.ava
             "nodefs.inodesFree": "5%"}
 
 
-# -- merge (kubelet.merge_patch, RFC 7386; its RFC examples are in test_kubelet.py) ------------
+# -- merge (merge_patch.merge_patch, RFC 7386; its RFC examples are in test_kubelet_merge_patch.py)
 def test_settings_merge_keeps_order_merges_removes_and_appends():
     base = {"a": 1, "kubeReserved": {"cpu": "1", "ephemeral-storage": "1Gi"}, "b": [1, 2],
             "gone": True, "z": {"x": 1}}
