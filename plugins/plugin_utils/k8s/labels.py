@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The one parser of label selectors such as ``kubegpu_skip_label`` (controller side).
+"""Labels of Kubernetes objects on the controller: the one parser of label selectors such as
+``kubegpu_skip_label``, an object's metadata and labels, and selector requirement matching.
 
 Every role and plugin of the collection that asks "does this object carry the skip label"
 goes through :func:`has_label` (roles through the ``kubegpu.fleet.has_label`` filter):
@@ -14,6 +15,9 @@ goes through :func:`has_label` (roles through the ``kubegpu.fleet.has_label`` fi
 Keys follow Kubernetes' label key syntax (an optional DNS subdomain prefix and ``/``, then a
 name of at most 63 characters); values at most 63 characters of ``[A-Za-z0-9_.-]``. Anything
 else raises :class:`LabelError` naming the selector.
+
+:func:`requirement_matches` evaluates one ``matchExpressions`` entry (of a node selector term
+or a label selector) against an object's labels.
 """
 from __future__ import annotations
 
@@ -49,11 +53,46 @@ def parse_selector(selector):
     return key, (value if sep else None)
 
 
+def object_meta(obj):
+    """``metadata`` of a Kubernetes object (a dict as the API returns it); {} when it has none."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
 def labels_of(obj):
-    """The labels of a Kubernetes object (a dict as the API returns it); {} when none."""
-    meta = (obj or {}).get("metadata") if isinstance(obj, dict) else None
-    labels = (meta or {}).get("labels") if isinstance(meta, dict) else None
+    """The labels of a Kubernetes object; {} when none."""
+    labels = object_meta(obj).get("labels")
     return labels if isinstance(labels, dict) else {}
+
+
+def requirement_matches(expr, labels):
+    """Does the requirement ``{key, operator, values}`` hold for ``labels`` (a dict)?
+
+    ``In``, ``NotIn``, ``Exists``, ``DoesNotExist`` as label selectors and node selector terms
+    define them (values compared as text); ``Gt`` and ``Lt`` (node selector terms) compare the
+    label and the single value as integers and fail when either is not one. Any other operator
+    matches nothing.
+    """
+    key = expr.get("key")
+    op = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or []]
+    present = key in labels
+    value = str(labels.get(key)) if present else None
+    if op == "In":
+        return present and value in values
+    if op == "NotIn":
+        return not present or value not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        try:
+            have, want = int(value), int(values[0])
+        except (TypeError, ValueError, IndexError):
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
 
 
 def has_label(obj, selector):

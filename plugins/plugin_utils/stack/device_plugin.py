@@ -19,6 +19,7 @@ import copy
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DevicePluginVersion
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import labels as label_selector
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.labels import object_meta
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"
 DEFAULT_IMAGE_PATTERN = "k8s-device-plugin"
@@ -38,10 +39,6 @@ class DevicePluginError(ValueError):
 
 
 # ------------------------------------------------------------------------------- helpers
-
-def _meta(obj):
-    return (obj or {}).get("metadata") or {}
-
 
 def _truthy(value):
     return str(value).strip().lower() in ("1", "true", "yes", "on", "y")
@@ -134,41 +131,18 @@ def pass_device_specs_state(container):
 
 # --------------------------------------------------------------------------- node matching
 
-def _expr_matches(expr, labels):
-    key = expr.get("key")
-    op = expr.get("operator")
-    values = [str(v) for v in expr.get("values") or []]
-    present = key in labels
-    value = str(labels.get(key)) if present else None
-    if op == "In":
-        return present and value in values
-    if op == "NotIn":
-        return not present or value not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        try:
-            have, want = int(value), int(values[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def _term_matches(term, node):
-    labels = _meta(node).get("labels") or {}
+    labels = label_selector.labels_of(node)
     exprs = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not exprs and not fields:
         return False  # an empty term matches nothing (k8s.io/component-helpers nodeaffinity)
-    if not all(_expr_matches(e, labels) for e in exprs):
+    if not all(label_selector.requirement_matches(e, labels) for e in exprs):
         return False
     for f in fields:
         if f.get("key") != "metadata.name":
             return False
-        if not _expr_matches(dict(f, key="metadata.name"), {"metadata.name": _meta(node).get("name")}):
+        if not label_selector.requirement_matches(f, {"metadata.name": object_meta(node).get("name")}):
             return False
     return True
 
@@ -176,7 +150,7 @@ def _term_matches(term, node):
 def node_selected(pod_spec, node):
     """Whether a pod template's nodeSelector and required node affinity admit ``node``."""
     spec = pod_spec or {}
-    labels = _meta(node).get("labels") or {}
+    labels = label_selector.labels_of(node)
     for key, value in (spec.get("nodeSelector") or {}).items():
         if key not in labels or str(labels[key]) != str(value):
             return False
@@ -189,10 +163,10 @@ def node_selected(pod_spec, node):
 
 
 def _owned_by(pod, ds):
-    uid = _meta(ds).get("uid")
-    for ref in _meta(pod).get("ownerReferences") or []:
+    uid = object_meta(ds).get("uid")
+    for ref in object_meta(pod).get("ownerReferences") or []:
         if ref.get("kind") == "DaemonSet" and ((uid and ref.get("uid") == uid) or
-                                               (not uid and ref.get("name") == _meta(ds).get("name"))):
+                                               (not uid and ref.get("name") == object_meta(ds).get("name"))):
             return True
     return False
 
@@ -202,11 +176,11 @@ def daemonset_nodes(ds, nodes=(), pods=()):
     spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
     out = set()
     for node in nodes or []:
-        name = _meta(node).get("name")
+        name = object_meta(node).get("name")
         if name and node_selected(spec, node):
             out.add(name)
     for pod in pods or []:
-        if _meta(pod).get("namespace") == _meta(ds).get("namespace") and _owned_by(pod, ds):
+        if object_meta(pod).get("namespace") == object_meta(ds).get("namespace") and _owned_by(pod, ds):
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 out.add(node)
@@ -292,14 +266,14 @@ def plan_daemonsets(daemonsets, nodes=(), pods=(), static_nodes=(), image_patter
         raise DevicePluginError("the target device plugin version %s predates %s and cannot pass device specs"
                                 % (target_version.text, FIRST_WITH_DEVICE_SPECS))
     static = set(static_nodes or [])
-    node_by_name = dict((_meta(n).get("name"), n) for n in nodes or [])
+    node_by_name = dict((object_meta(n).get("name"), n) for n in nodes or [])
     plans = []
     for ds in daemonsets or []:
         tmpl_spec = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
         ctr = plugin_container(tmpl_spec, image_pattern)
         if ctr is None:
             continue
-        md = _meta(ds)
+        md = object_meta(ds)
         served = daemonset_nodes(ds, nodes, pods)
         current_image = str(ctr.get("image") or "")
         current = image_version(current_image)
@@ -365,7 +339,7 @@ def daemonset_patch(container, image=None, pass_device_specs=False, drop_value_f
 def pod_ready(pod):
     """Running, not being deleted, and the Ready condition True."""
     status = (pod or {}).get("status") or {}
-    if _meta(pod).get("deletionTimestamp") or status.get("phase") != "Running":
+    if object_meta(pod).get("deletionTimestamp") or status.get("phase") != "Running":
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
@@ -377,7 +351,7 @@ def ready_pods(pods, owner_uid=None):
 
 
 def controller_of(pod):
-    for ref in _meta(pod).get("ownerReferences") or []:
+    for ref in object_meta(pod).get("ownerReferences") or []:
         if ref.get("controller"):
             return ref
     return None
@@ -386,7 +360,7 @@ def controller_of(pod):
 def recreate_manifest(pod):
     """The pod as it must be created again: same name, labels, annotations and spec (nodeName
     included, so it lands on the same node), without status and server-owned metadata."""
-    md = copy.deepcopy(_meta(pod))
+    md = copy.deepcopy(object_meta(pod))
     for key in _SERVER_METADATA:
         md.pop(key, None)
     md.pop("ownerReferences", None)
@@ -402,7 +376,7 @@ def pods_to_recreate(broken, pods, skip_label=DEFAULT_SKIP_LABEL, image_pattern=
     ``manifest``), ``owner`` (``Kind/name`` or None), ``missing`` (device names), and
     ``skipped`` (a reason, e.g. the skip label, else None).
     """
-    by_uid = dict((_meta(p).get("uid"), p) for p in pods or [] if _meta(p).get("uid"))
+    by_uid = dict((object_meta(p).get("uid"), p) for p in pods or [] if object_meta(p).get("uid"))
     missing = {}
     for entry in broken or []:
         uid = (entry or {}).get("pod_uid")
@@ -413,7 +387,7 @@ def pods_to_recreate(broken, pods, skip_label=DEFAULT_SKIP_LABEL, image_pattern=
         pod = by_uid.get(uid)
         if pod is None:
             continue  # gone already, or not a pod the API knows (static pod mirror)
-        md = _meta(pod)
+        md = object_meta(pod)
         owner = controller_of(pod)
         item = {"namespace": md.get("namespace"), "name": md.get("name"), "uid": uid,
                 "owner": "%s/%s" % (owner.get("kind"), owner.get("name")) if owner else None,

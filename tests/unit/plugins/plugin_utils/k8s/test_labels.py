@@ -74,3 +74,21 @@ def test_describe():
     assert labels.describe("k") == "label k with any value"
     assert labels.describe("k=v") == "label k=v"
     assert labels.describe("") == "no label (skip label disabled)"
+
+
+@pytest.mark.parametrize("op,values,node_labels,ok", [
+    ("In", ["x", "y"], {"k": "y"}, True), ("In", ["x"], {}, False), ("In", [3], {"k": "3"}, True),
+    ("NotIn", ["x"], {"k": "y"}, True), ("NotIn", ["x"], {}, True), ("NotIn", ["x"], {"k": "x"}, False),
+    ("Exists", [], {"k": ""}, True), ("DoesNotExist", [], {"k": ""}, False), ("DoesNotExist", [], {}, True),
+    ("Gt", ["3"], {"k": "4"}, True), ("Lt", ["3"], {"k": "4"}, False), ("Gt", ["3"], {"k": "x"}, False),
+    ("Gt", [], {"k": "4"}, False), ("Lt", ["3"], {}, False), ("Bogus", [], {"k": "x"}, False),
+])
+def test_requirement_matches(op, values, node_labels, ok):
+    assert labels.requirement_matches({"key": "k", "operator": op, "values": values}, node_labels) is ok
+
+
+@pytest.mark.parametrize("thing,meta", [
+    ({"metadata": {"name": "n"}}, {"name": "n"}), ({}, {}), (None, {}), ("node", {}), ({"metadata": ["x"]}, {}),
+])
+def test_object_meta_is_always_a_dict(thing, meta):
+    assert labels.object_meta(thing) == meta

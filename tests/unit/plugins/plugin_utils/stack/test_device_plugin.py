@@ -4,7 +4,8 @@ import copy
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import device_plugin as dp
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import gpu as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import finding_types
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import devices as audit_devices
 
 IMG = "nvcr.io/nvidia/k8s-device-plugin"
 
@@ -123,7 +124,7 @@ def test_default_minimum_is_the_first_release_with_device_specs(tag, upgrade):
         assert plan["patch"] is None
     # the same threshold the audit uses for cluster.device_plugin_outdated
     assert upgrade == (dp.image_version(d["spec"]["template"]["spec"]["containers"][0]["image"])
-                       < fd.MIN_PLUGIN_FOR_DEVICE_SPECS)
+                       < audit_devices.MIN_PLUGIN_FOR_DEVICE_SPECS)
 
 
 def test_higher_minimum_and_explicit_image():
@@ -275,7 +276,7 @@ def test_match_expression_operators(op, values, labels, ok):
 
 def test_static_nodes_from_facts_audit_and_explicit_list():
     audit = {"node": "gpu-b", "status": "audited", "findings": [
-        fd.finding("cpumanager.device_specs", {}), fd.finding("uvm.node_missing", {})]}
+        finding_types.finding("cpumanager.device_specs", {}), finding_types.finding("uvm.node_missing", {})]}
     hosts = [
         {"host": "a", "node": "gpu-a", "kubelet": {"cpu_manager_policy": "static"}, "audit": {}},
         {"host": "b", "node": "gpu-b", "kubelet": {}, "audit": audit},
