@@ -9,7 +9,9 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    DOCUMENTATION = r"""
+    # The options alone (kubegpu.fleet.k8s_auth.connection): for plugins that are not tasks, the
+    # inventory plugin kubegpu.fleet.gpu_nodes.
+    CONNECTION = r"""
 options:
   kubeconfig:
     description:
@@ -68,6 +70,9 @@ options:
     description: Groups to impersonate. Default E(K8S_AUTH_IMPERSONATE_GROUPS) (comma separated).
     type: list
     elements: str
+"""
+
+    DOCUMENTATION = CONNECTION + r"""
 notes:
   - The connection is resolved exactly as C(kubernetes.core) resolves it - each option, else its
     C(K8S_AUTH_*) variable (the controller's environment with the task's C(environment) keyword
