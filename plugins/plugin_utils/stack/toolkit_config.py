@@ -36,6 +36,7 @@ import re
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack.facts import shown
 
 try:
     import tomlkit
@@ -140,7 +141,7 @@ def _literal(item, limit=80):
         text = item.as_string().strip()
     else:
         text = tomlkit.item(item).as_string()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return shown(text, limit)
 
 
 def _shown(item):
