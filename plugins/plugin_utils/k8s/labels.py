@@ -105,12 +105,3 @@ def has_label(obj, selector):
         return False
     return value is None or str(labels[key]) == value
 
-
-def describe(selector):
-    """What a selector matches, in words (for messages)."""
-    key, value = parse_selector(selector)
-    if key is None:
-        return "no label (skip label disabled)"
-    if value is None:
-        return "label %s with any value" % key
-    return "label %s=%s" % (key, value)

@@ -70,12 +70,6 @@ def test_errors_surface_as_each_callers_error():
     assert "has_label" in label_filters.FilterModule().filters()
 
 
-def test_describe():
-    assert labels.describe("k") == "label k with any value"
-    assert labels.describe("k=v") == "label k=v"
-    assert labels.describe("") == "no label (skip label disabled)"
-
-
 @pytest.mark.parametrize("op,values,node_labels,ok", [
     ("In", ["x", "y"], {"k": "y"}, True), ("In", ["x"], {}, False), ("In", [3], {"k": "3"}, True),
     ("NotIn", ["x"], {"k": "y"}, True), ("NotIn", ["x"], {}, True), ("NotIn", ["x"], {"k": "x"}, False),
