@@ -9,10 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
-    CgroupDevicesError,
-    audit as cgroup_audit,
-)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import audit as cgroup_audit
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.kubepods import CgroupDevicesError
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 

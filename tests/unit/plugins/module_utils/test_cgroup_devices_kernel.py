@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import devices as cd
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import probe as cgroup_probe
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
-    CgroupDevicesError,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_list import (
     DevicesList,
     format_rule,
     parse_devices_list,
 )
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.kubepods import CgroupDevicesError, detect_layout
 
 from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.test_cgroup_support import (
     GPU_MAJOR,
@@ -176,10 +176,10 @@ def test_auto_mode_picks_by_version(tree, tmp_path):
 def test_real_mount_points_are_detected():
     if not os.path.isfile(os.path.join(V1_DEVICES, "devices.list")):
         pytest.skip("no cgroup v1 devices hierarchy here")
-    assert cd.detect_layout("/sys/fs/cgroup") == ("v1", V1_DEVICES)
-    assert cd.detect_layout(V1_DEVICES) == ("v1", V1_DEVICES)
+    assert detect_layout("/sys/fs/cgroup") == ("v1", V1_DEVICES)
+    assert detect_layout(V1_DEVICES) == ("v1", V1_DEVICES)
     if os.path.isfile(os.path.join(V2_UNIFIED, "cgroup.controllers")):
-        assert cd.detect_layout(V2_UNIFIED) == ("v2", V2_UNIFIED)
+        assert detect_layout(V2_UNIFIED) == ("v2", V2_UNIFIED)
 
 
 def test_hidden_deny_on_default_allow_cgroup(v1_tree, tmp_path):

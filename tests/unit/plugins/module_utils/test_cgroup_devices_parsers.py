@@ -12,18 +12,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup import devices as cd
-from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices import (
-    CgroupDevicesError,
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.device_table import _device, build_device_table
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_list import (
+    MAX_U32,
     DeviceRule,
     DevicesList,
     DevicesListError,
-    build_device_table,
+    format_rule,
+    parse_devices_list,
+)
+from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.kubepods import (
+    CgroupDevicesError,
+    ContainerRef,
     detect_layout,
     discover_containers,
     find_kubepods,
-    format_rule,
     parse_container_dirname,
-    parse_devices_list,
     parse_pod_dirname,
     parse_qos_dirname,
 )
@@ -96,8 +100,8 @@ def test_block_and_char_and_wildcards():
 
 
 _rule = st.builds(
-    DeviceRule, st.sampled_from("bc"), st.one_of(st.none(), st.integers(0, cd.MAX_U32)),
-    st.one_of(st.none(), st.integers(0, cd.MAX_U32)),
+    DeviceRule, st.sampled_from("bc"), st.one_of(st.none(), st.integers(0, MAX_U32)),
+    st.one_of(st.none(), st.integers(0, MAX_U32)),
     st.sets(st.sampled_from("rwm"), min_size=1).map(frozenset))
 
 
@@ -431,16 +435,16 @@ def test_device_table_fuzz_proc_text(tmp_path_factory, devlines, miglines, caps)
 # --------------------------------------------------------------------------- evaluation
 
 def _ref(path="/kubepods/pod1/abc"):
-    return cd.ContainerRef("/x" + path, path, "1", "abc", None, "guaranteed")
+    return ContainerRef("/x" + path, path, "1", "abc", None, "guaranteed")
 
 
 def _table():
     t = [
-        cd._device("nvidiactl", "required", 195, 255, "/dev/nvidiactl", "present"),
-        cd._device("nvidia-uvm", "required", 508, 0, "/dev/nvidia-uvm", "present"),
-        cd._device("nvidia-uvm-tools", "recommended", 508, 1, "/dev/nvidia-uvm-tools",
+        _device("nvidiactl", "required", 195, 255, "/dev/nvidiactl", "present"),
+        _device("nvidia-uvm", "required", 508, 0, "/dev/nvidia-uvm", "present"),
+        _device("nvidia-uvm-tools", "recommended", 508, 1, "/dev/nvidia-uvm-tools",
                    "present"),
-        cd._device("nvidia0", "gpu", 195, 0, "/dev/nvidia0", "present", gpu=0),
+        _device("nvidia0", "gpu", 195, 0, "/dev/nvidia0", "present", gpu=0),
     ]
     return t
 
