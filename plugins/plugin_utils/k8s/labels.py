@@ -104,4 +104,3 @@ def has_label(obj, selector):
     if key not in labels:
         return False
     return value is None or str(labels[key]) == value
-
