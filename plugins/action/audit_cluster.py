@@ -2,45 +2,13 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side: the per-node cluster view, read from the API in-process (plugin_utils/k8s) or built
-from k8s_info results the task passes in."""
+from k8s_info results the task passes in. The work is plugin_utils/audit/cluster_audit.py (``ACTION``)."""
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.cluster import cluster_view
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import evaluate_cluster
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
-
-
-def read_gpu_operator(client):
-    """Deployments of every namespace and the ClusterPolicies (nvidia.com/v1, cluster-scoped).
-
-    A 404 on the ClusterPolicy list means the CRD is not installed: no GPU Operator, not an error.
-    A 403 (RBAC) on either read leaves that part unknown and says so; other errors fail the task.
-    Returns ``({deployments, cluster_policies, cluster_policy_crd}, calls, notes)``.
-    """
-    notes = []
-    out = {"deployments": [], "cluster_policies": [], "cluster_policy_crd": None}
-    try:
-        out["deployments"] = service.list_items(client, "apps/v1", "deployments", what="list Deployments")
-    except k8s_client.K8sError as exc:
-        if exc.status != 403:
-            raise
-        notes.append("Deployments not readable (403): the GPU Operator version is unknown")
-    try:
-        out["cluster_policies"] = service.list_items(client, "nvidia.com/v1", "clusterpolicies",
-                                                     what="list ClusterPolicies")
-        out["cluster_policy_crd"] = True
-    except k8s_client.K8sError as exc:
-        if exc.status == 404:
-            out["cluster_policy_crd"] = False
-        elif exc.status == 403:
-            notes.append("ClusterPolicies not readable (403): the GPU Operator settings are unknown")
-        else:
-            raise
-    return out, 2, notes
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_audit
 
 
 class ActionModule(ActionBase):
@@ -48,45 +16,5 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _requires_connection = False
 
-    ARGSPEC = {
-        "nodes": {"type": "list", "elements": "dict"},
-        "pods": {"type": "list", "elements": "dict", "default": []},
-        "daemonsets": {"type": "list", "elements": "dict", "default": []},
-        "events": {"type": "list", "elements": "dict", "default": []},
-        "deployments": {"type": "list", "elements": "dict", "default": []},
-        "cluster_policies": {"type": "list", "elements": "dict"},
-        "device_plugin_image_pattern": {"type": "str", "default": "k8s-device-plugin"},
-    }
-    ARGSPEC.update(k8s_client.AUTH_ARG_SPEC)
-
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
-        with k8s_action.masked(result, args) as secrets:
-            objects = {k: args[k] for k in ("nodes", "pods", "daemonsets", "events", "deployments")}
-            objects["cluster_policies"] = args["cluster_policies"] or []
-            # Given k8s_info results: ClusterPolicies passed prove the CRD; none passed proves nothing.
-            objects["cluster_policy_crd"] = True if args["cluster_policies"] else None
-            notes = []
-            if args["nodes"] is None:
-                client = None
-                try:
-                    client = k8s_client.connect(args, environ=k8s_action.task_environ(self._task, self._templar))
-                    objects = service.read_cluster(client)
-                    extra, calls, notes = read_gpu_operator(client)
-                    objects.update(extra)
-                    result["api_calls"] = objects["calls"] + calls
-                except k8s_client.K8sError as exc:
-                    result.update(failed=True, changed=False, msg=str(exc))
-                    return result
-                finally:
-                    if client is not None:
-                        secrets.extend(client.secrets)
-                        client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
-            view = cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"],
-                                image_pattern=args["device_plugin_image_pattern"],
-                                deployments=objects["deployments"], cluster_policies=objects["cluster_policies"],
-                                cluster_policy_crd=objects["cluster_policy_crd"])
-            view["notes"] = notes
-            result.update(changed=False, cluster=view, cluster_findings=evaluate_cluster(view["device_plugin_daemonsets"]))
-        return result
+        return runner.run(self, super().run(tmp, task_vars), task_vars, cluster_audit.ACTION)

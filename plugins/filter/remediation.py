@@ -2,14 +2,15 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """kubegpu.fleet.remediation_verdict: what the audit after remediation leaves unresolved
-(logic in plugin_utils/remediation.py: final_verdict)."""
+(logic in plugin_utils/remediation/verdict.py: final_verdict)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import remediation
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import SEVERITIES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import verdict
 
 DOCUMENTATION = r"""
 name: remediation_verdict
@@ -71,7 +72,7 @@ def remediation_verdict(report, fail_on, hosts):
     if not isinstance(report, Mapping) or not isinstance(report.get("nodes"), list):
         raise AnsibleFilterError("remediation_verdict: the input must be an audit report (a dict with nodes), got %r"
                                  % type(report).__name__)
-    if fail_on not in ("never", "none") and fail_on not in ("critical", "warning", "info"):
+    if fail_on not in ("never", "none") and fail_on not in SEVERITIES:
         raise AnsibleFilterError("remediation_verdict: fail_on must be critical, warning, info or never, got %r"
                                  % (fail_on,))
     plans = {}
@@ -82,7 +83,7 @@ def remediation_verdict(report, fail_on, hosts):
         plan = hv.get("kubegpu_remediation")
         if name and isinstance(plan, Mapping):
             plans[str(name)] = plan
-    return remediation.final_verdict(report, fail_on, plans)
+    return verdict.final_verdict(report, fail_on, plans)
 
 
 class FilterModule(object):

@@ -1009,8 +1009,8 @@ def test_custom_resource_is_served_only_while_its_crd_exists(tmp_path):
 def test_gpu_operator_reads_through_the_collections_k8s_layer(api_double_factory, kubectl):
     """audit_cluster's reads: a ClusterPolicy list is 404 without the CRD (no operator, not an error),
     then the Deployment and ClusterPolicy once they exist; kubectl discovers the custom resource."""
-    from ansible_collections.kubegpu.fleet.plugins.action.audit_cluster import read_gpu_operator
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.cluster_audit import read_gpu_operator
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
     from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
     from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
 
@@ -1054,9 +1054,9 @@ def test_demo_fleet_seeding_gives_security_findings_for_every_cluster_component(
     by the catalog rules: device plugin, MIG manager and GPU Operator each have a security finding."""
     from kubegpu_lab import profiles
     from kubegpu_lab.lab import Lab
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as catalog_rules
 
     profile = profiles.load_profile("demo")
     store = Store(str(tmp_path / "s"))
@@ -1071,13 +1071,13 @@ def test_demo_fleet_seeding_gives_security_findings_for_every_cluster_component(
     view = cl.cluster_view(objs["nodes"], objs["pods"], objs["daemonsets"], [], deployments=objs["deployments"],
                            cluster_policies=objs["cluster_policies"], cluster_policy_crd=True)
     assert view["malformed"] == []
-    catalog = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    catalog = catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2"))
     stack = {"container_toolkit": {"installed": True, "version": "1.17.8", "runtime": "runc",
                                    "injection_mode": "legacy"}}
     seen = {}
     for name, api in view["nodes"].items():
         assert sorted(api["components"]) == ["device-plugin", "gpu-operator", "mig-manager"], name
-        for f in findings_stack.rule_catalog({"api": api, "catalog": catalog, "stack": stack}):
+        for f in catalog_rules.rule_catalog({"api": api, "catalog": catalog, "stack": stack}):
             if f["id"] in ("security.device-plugin", "security.gpu-operator", "security.mig-manager"):
                 seen.setdefault(f["id"], []).append(name)
                 assert "CVE-2025-23266" in f["evidence"]["cves"], f

@@ -31,7 +31,9 @@ from kubegpu_lab_node import hw  # noqa: E402  pylint: disable=wrong-import-posi
 from lib.paths import TOOLKIT_CONFIG  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts as nvidia_stack  # noqa: E402
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, findings_stack  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as catalog_rules  # noqa: E402
 
 NVSWITCHES = ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
 
@@ -128,8 +130,8 @@ def facts(lab, tmp_path_factory):
 
 def findings_for(nvidia, stack):
     ctx = {"nvidia": nvidia, "stack": stack, "api": {},
-           "catalog": catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))}
-    return dict((f["id"], f) for f in findings_stack.rule_catalog(ctx) + findings_stack.rule_fabricmanager(ctx))
+           "catalog": catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2"))}
+    return dict((f["id"], f) for f in catalog_rules.rule_catalog(ctx) + catalog_rules.rule_fabricmanager(ctx))
 
 
 def test_toolkit_facts_legacy_and_cdi(facts):
@@ -179,8 +181,8 @@ def test_cve_2024_0132_legacy_yes_cdi_not_applicable(facts):
     assert not {"ctk-cve-2024-0132", "ctk-cve-2024-0133"} & cdi_ids, cdi_ids
     assert "CVE-2024-0132" not in cdi["evidence"]["cves"]
     # the same version on the CDI node: evaluated, in range, ruled out by the condition
-    result = catalog_v2.evaluate(catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2")), "container-toolkit",
-                                 "1.14.6", findings_stack.condition_facts({"stack": facts["stack-cdi"][1]}))
+    result = catalog_evaluate.evaluate(catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2")), "container-toolkit",
+                                 "1.14.6", catalog_rules.condition_facts({"stack": facts["stack-cdi"][1]}))
     assert "ctk-cve-2024-0132" in [n["id"] for n in result["not_applicable"]]
 
 

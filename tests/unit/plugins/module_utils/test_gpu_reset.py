@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import reset as gpu_reset
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts_run import gpu_facts_run
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import evaluate_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.evaluate import evaluate_node
 
 from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml
 

@@ -5,11 +5,11 @@ leave for a person for RMA, a GPU off the bus or an Xid NVIDIA says to investiga
 from __future__ import absolute_import, division, print_function
 
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboot_need
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import plan_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.plan import plan_node
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.audit.rules.test_findings_gpu_hardware import (
     XID_13, XID_48, XID_74, XID_79, _health, _nvidia)
 
 

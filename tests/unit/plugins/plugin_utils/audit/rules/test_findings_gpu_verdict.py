@@ -7,10 +7,10 @@ from __future__ import absolute_import, division, print_function
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import plan_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.plan import plan_node
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.audit.rules.test_findings_gpu_hardware import (
     XID_48, _health, _nvidia, _only)
 
 SXID_FATAL = "[6781753.400584] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
@@ -86,7 +86,7 @@ def test_unknown_xid_is_reported_not_hands_on(tmp_path):
 
 
 def test_noted_findings_are_left_not_unresolved_after_the_rollout(tmp_path):
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import final_verdict
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.verdict import final_verdict
     found = fd.evaluate_node({"nvidia": _nvidia(tmp_path, [0, 1, 2], log=[XID_300])})
     plan = plan_node({"node": "n", "status": "audited", "findings": found})
     report = {"nodes": [{"name": "n", "findings": [dict(f, node="n") for f in found]}]}

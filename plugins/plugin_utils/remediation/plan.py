@@ -11,77 +11,25 @@ from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import normalize_bus_id
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES, unknown_ids_message
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import toolkit as toolkit_fix
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout.reboot_need import gpu_reasons
 
-# Findings whose fix changes what running GPU pods depend on (driver files, the device
-# checkpoint, device cgroups of existing containers) or needs a reboot: the node is drained
-# first and goes through the rolling_reboot window.
-DRAIN = frozenset((
-    "driver.known_bad", "driver.at_risk", "driver.version_mismatch", "security.driver",
-    "security.fabric-manager",
-    "nvml.hung", "nvml.error", "kubelet.admission_blocked", "cgroup.devices_missing",
-    "cgroup.uvm_tools_missing", "checkpoint.stale", "gpu.reset_required", "gpu.xid",
-    "gpu.recovery_action", "nvswitch.sxid",
-))
-# The kubelet on these nodes is wedged in a device-plugin call: it never confirms pod
-# deletions, so evicted pods stay Terminating until the node reboots.
-WEDGED = frozenset(("nvml.hung", "kubelet.admission_blocked"))
-# Findings that need a reboot whatever role runs (the kernel module must change).
-REBOOT = frozenset(("driver.version_mismatch", "nvml.error", "nvml.hung"))
-# GPU findings acted on by what their evidence says (kubegpu.fleet.gpu_reset for "reset_gpu",
-# a reboot for "reboot", nothing for the rest): a GPU reset applies a pending row remap / page
-# retirement / repair and clears what NVIDIA's catalog resets the GPU for, without taking the
-# node's other GPUs down for a reboot; a refused or failed reset falls back to the reboot.
-GPU_ACTION_FINDINGS = frozenset(("gpu.reset_required", "gpu.xid", "gpu.recovery_action", "nvswitch.sxid"))
-# Findings nothing here can fix automatically: reported, the node is not touched for them.
-MANUAL = frozenset(("node.not_ready", "audit.module_failed", "gpu.rma", "gpu.missing",
-                    "gpu.ecc_uncorrectable", "gpu.row_remap_exhausting", "gpu.pcie_degraded",
-                    "gpu.clocks_slowdown", "gpu.nvlink", "gpu.fabric",
-                    # cluster components (images the GPU Operator / Helm deploy): not a node role's fix
-                    "security.device-plugin", "security.gpu-operator", "security.mig-manager",
-                    "defect.device-plugin", "defect.gpu-operator", "defect.mig-manager",
-                    "security.dcgm", "security.dcgm-exporter", "defect.dcgm", "defect.dcgm-exporter",
-                    # a move to another driver branch is a person's choice (which branch, when)
-                    "driver.unlisted_branch"))
-# Hardware a person must handle (replace the GPU, reseat it, follow NVIDIA's workflow): the
-# node is cordoned with the reason and nothing automatic runs on it - a reboot or uncordon
-# would put the faulty GPU back in service.
-HANDS_ON = frozenset(("gpu.rma", "gpu.missing"))
 # gpu.xid is acted on by the action NVIDIA documents for its worst Xid.
-XID_REBOOT_ACTIONS = ("reboot", "reset_gpu")
 XID_HANDS_ON_ACTIONS = ("investigate",)
+# Findings acted on together: the drained node's device plugin pod is restarted first, so the
+# pods the drain replaces get every device.
+CGROUP_FINDINGS = frozenset(("cgroup.devices_missing", "cgroup.uvm_tools_missing"))
+# Driver findings whose fix reboots the node (which restarts the kubelet too); a fabric manager
+# that alone differs from the driver is installed and restarted without a reboot.
+DRIVER_REBOOT_FINDINGS = frozenset(("driver.known_bad", "driver.at_risk", "nvml.hung", "security.driver",
+                                    "security.fabric-manager"))
 
-ROLE_FOR = {
-    "driver.known_bad": "driver",
-    "driver.at_risk": "driver",
-    "driver.compute_utils": "driver",
-    "nvml.hung": "driver",
-    "kubelet.admission_blocked": "kubelet",
-    "checkpoint.stale": "kubelet",
-    "kubelet.memory_reservation": "kubelet",
-    "kubelet.eviction_hard_partial": "kubelet",
-    "cpumanager.device_specs": "device_plugin",
-    "devchar.symlinks_missing": "device_plugin",
-    "uvm.node_missing": "device_plugin",
-    "cgroup.devices_missing": "device_plugin",
-    "cgroup.uvm_tools_missing": "device_plugin",
-    "driver.version_mismatch": "rolling_reboot",
-    "nvml.error": "rolling_reboot",
-    "gpu.reset_required": "rolling_reboot",
-    "gpu.xid": "rolling_reboot",
-    "gpu.recovery_action": "rolling_reboot",
-    "nvswitch.sxid": "rolling_reboot",
-    # issue 14: the node stack against the catalog. The driver role moves fabric manager in
-    # lockstep with the driver; the device_plugin role's toolkit fix path upgrades the toolkit
-    # packages or, where kubegpu_toolkit_upgrade is false, writes the documented mitigation.
-    "security.driver": "driver",
-    "security.fabric-manager": "driver",
-    "defect.fabric-manager": "driver",
-    "fabricmanager.version_mismatch": "driver",
-    "security.container-toolkit": "device_plugin",
-    "defect.container-toolkit": "device_plugin",
-}
+
+def _flagged(ids, flag):
+    """The ids among ``ids`` whose finding type has ``flag`` set."""
+    return set(fid for fid in ids if getattr(TYPES[fid], flag))
 
 
 def _hands_on_reason(finding):
@@ -104,7 +52,7 @@ def _hands_on_reason(finding):
 
 
 def xid_disposition(finding):
-    """What a GPU finding acted on by its evidence (``GPU_ACTION_FINDINGS``) asks for:
+    """What a GPU finding acted on by its evidence (finding type ``gpu_reset``) asks for:
     "reset" (a GPU reset, the reboot its fallback), "reboot", "hands_on" or "note" (nothing to
     do on the node: the application's fault, informational, an Xid NVIDIA gives no action for)."""
     if finding.get("id") == "gpu.reset_required":
@@ -242,7 +190,8 @@ def plan_node(audit, skip_findings=()):
         if fid in skip_findings:
             skipped.append(fid)
             continue
-        if fid in GPU_ACTION_FINDINGS:
+        ftype = TYPES.get(fid)
+        if ftype is not None and ftype.gpu_reset:
             disposition = xid_disposition(f)
             if disposition == "note":
                 noted.append(fid)
@@ -255,14 +204,13 @@ def plan_node(audit, skip_findings=()):
                 reboot_by_gpu = True
             else:
                 reset_findings.append(f)
-        if fid in HANDS_ON:
+        if ftype is not None and ftype.hands_on:
             hands_on.append(_hands_on_reason(f))
-        if fid in MANUAL or fid not in ROLE_FOR:
+        if ftype is None or not ftype.automatic:
             manual.append(fid)
             continue
         ids.append(fid)
-        role = ROLE_FOR[fid]
-        _merge_vars(roles.setdefault(role, {}), _vars(f))
+        _merge_vars(roles.setdefault(ftype.role, {}), _vars(f))
     ids_set = set(ids)
     plan = dict(empty)
     plan.update(findings=sorted(ids_set), manual=sorted(set(manual)), skipped=sorted(set(skipped)),
@@ -275,9 +223,9 @@ def plan_node(audit, skip_findings=()):
         plan["reason"] = "cordoned, left for a person (hands-on): %s%s" % (
             "; ".join(hands_on), (" - fixes held back: %s" % ", ".join(sorted(ids_set))) if ids_set else "")
         return plan
-    plan["drain"] = bool(ids_set & DRAIN)
-    plan["wedged"] = bool(ids_set & WEDGED)
-    plan["reboot"] = bool(ids_set & REBOOT) or reboot_by_gpu
+    plan["drain"] = bool(_flagged(ids_set, "drain"))
+    plan["wedged"] = bool(_flagged(ids_set, "wedged"))
+    plan["reboot"] = bool(_flagged(ids_set, "reboot")) or reboot_by_gpu
     acted = [f for f in audit.get("findings") or [] if isinstance(f, dict) and f.get("id") in ids_set]
     plan["reboot_reasons"] = gpu_reasons(acted)
     if "rolling_reboot" in roles:
@@ -285,10 +233,7 @@ def plan_node(audit, skip_findings=()):
         if rr.get("kubegpu_reboot") == "needed":
             plan["reboot"] = True
     if "driver" in roles:
-        # A driver fix reboots the node: that restarts the kubelet too. A fabric manager that
-        # alone differs from the driver is installed and restarted without a reboot.
-        plan["reboot"] = plan["reboot"] or bool(ids_set & {"driver.known_bad", "driver.at_risk", "nvml.hung",
-                                                           "security.driver", "security.fabric-manager"})
+        plan["reboot"] = plan["reboot"] or bool(ids_set & DRIVER_REBOOT_FINDINGS)
     if reset_findings and not plan["reboot"]:
         # The drained node's GPUs are reset (kubegpu.fleet.gpu_reset); a reboot only if that is
         # refused or fails. A reboot the plan needs anyway resets every GPU: no separate reset.
@@ -304,7 +249,7 @@ def plan_node(audit, skip_findings=()):
     if "kubelet" in roles and "kubegpu_kubelet_restart" not in roles["kubelet"] and \
             "kubelet.admission_blocked" in ids_set and not plan["reboot"]:
         roles["kubelet"]["kubegpu_kubelet_restart"] = True
-    if ids_set & {"cgroup.devices_missing", "cgroup.uvm_tools_missing"}:
+    if ids_set & CGROUP_FINDINGS:
         # The drain replaces the broken pods; the plugin pod is restarted first so the
         # replacements get every device.
         roles.setdefault("device_plugin", {})
@@ -327,36 +272,19 @@ def plan_node(audit, skip_findings=()):
     return plan
 
 
-def cluster_plan(findings_by_node, cluster_findings=()):
-    """Cluster-side work: does the device plugin DaemonSet need changes, and for which nodes."""
-    static_nodes = sorted(n for n, ids in findings_by_node.items() if "cpumanager.device_specs" in ids)
-    outdated = [f.get("evidence", {}).get("daemonset") for f in cluster_findings or []
-                if f.get("id") == "cluster.device_plugin_outdated"]
-    return {"device_plugin": bool(static_nodes or outdated), "static_cpu_manager_nodes": static_nodes,
-            "outdated_daemonsets": [d for d in outdated if d]}
+ARGUMENT_SPEC = {
+    "audit": {"type": "dict", "required": True},
+    "skip_findings": {"type": "list", "elements": "str", "default": []},
+}
 
 
-def final_verdict(report, fail_on, plans):
-    """Judge the audit after remediation.
+def plan_task(task, args):
+    """kubegpu.fleet.remediation_plan: the node's plan as ``plan`` and the ``kubegpu_remediation`` fact."""
+    error = unknown_ids_message(args["skip_findings"], "skip_findings")
+    if error:
+        raise runner.ActionFailed(error)
+    plan = plan_node(args["audit"], skip_findings=args["skip_findings"])
+    return {"plan": plan, "ansible_facts": {"kubegpu_remediation": plan}}
 
-    ``report`` is the after-remediation audit report (kubegpu.fleet.audit_report's ``report``),
-    ``fail_on`` the severity threshold, ``plans`` maps node names to the remediation plans made
-    from the audit before (``plan_node``'s result). A finding at or above ``fail_on`` that the
-    node's plan marked ``manual`` (left for a person: cluster components Helm or the GPU Operator
-    deploy, hardware, ...) is reported but does not fail the run; any other one - something the
-    rollout should have fixed, a finding that appeared during it, a cluster-wide finding - is
-    unresolved. Returns ``{"unresolved": [...], "left_for_person": [...]}``, each entry
-    ``{"node", "id", "severity"}``.
-    """
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
 
-    plans = plans or {}
-    unresolved, left = [], []
-    for f in rep.failing_findings(report, fail_on):
-        entry = {"node": f.get("node"), "id": f.get("id"), "severity": f.get("severity")}
-        plan = plans.get(entry["node"]) if entry["node"] is not None else None
-        # manual: left for a person; noted: nothing to do on the node (an unknown Xid, the
-        # driver asking to quiesce P2P traffic): reported, not something the rollout failed at
-        manual = ((plan or {}).get("manual") or []) + ((plan or {}).get("noted") or [])
-        (left if entry["id"] in manual else unresolved).append(entry)
-    return {"unresolved": unresolved, "left_for_person": left}
+ACTION = runner.Action(ARGUMENT_SPEC, plan_task)

@@ -5,11 +5,12 @@ import os
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import gather_kubelet_facts
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import devices, registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KUBELET_FIXTURES = os.path.join(HERE, "..", "..", "..", "fixtures", "kubelet")
+KUBELET_FIXTURES = os.path.join(HERE, "..", "..", "..", "..", "..", "fixtures", "kubelet")
 from ansible_collections.kubegpu.fleet.tests.fixtures.kubelet.kubelet_fakeproc import FakeProc  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = 1 << 30
@@ -209,7 +210,7 @@ def test_outdated_device_plugin_daemonset_is_a_cluster_finding():
     view = cl.cluster_view([], [], [ds], [], now=NOW)
     f = fd.evaluate_cluster(view["device_plugin_daemonsets"])
     assert [x["id"] for x in f] == ["cluster.device_plugin_outdated"] and f[0]["node"] is None
-    assert fd.plugin_version("repo/k8s-device-plugin@sha256:abc") is None
+    assert devices.plugin_version("repo/k8s-device-plugin@sha256:abc") is None
 
 
 def test_admission_blocked_from_kubelet_journal_alone():
@@ -305,12 +306,12 @@ def test_evaluate_node_tolerates_results_of_any_shape():
     assert known_bad["evidence"]["matches"] == ["r570"]
 
 
-def test_a_rule_that_still_trips_is_reported_and_the_others_run(monkeypatch):
+def test_a_rule_that_still_trips_is_reported_and_the_others_run():
     def broken(ctx):
         return ctx["nvidia"]["probe"]["status"].upper()  # AttributeError on a non-str status
 
-    monkeypatch.setattr(fd, "rule_checkpoint", broken)
-    found = fd.evaluate_node({"nvidia": {"probe": {"status": 5}}, "api": {"ready": False}})
+    rules = tuple(r._replace(function=broken) if r.name == "checkpoint" else r for r in registry.NODE_RULES)
+    found = fd.evaluate_node({"nvidia": {"probe": {"status": 5}}, "api": {"ready": False}}, rules=rules)
     assert ids(found) == ["audit.module_failed", "node.not_ready"]
     failed = [f for f in found if f["id"] == "audit.module_failed"][0]
     assert failed["evidence"]["probe"] == "evaluate:checkpoint"

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """How to fix a node's NVIDIA Container Toolkit findings (controller side, pure functions).
 
-Input: the catalog matches of the node's toolkit version (``catalog_v2.evaluate`` matches, or
+Input: the catalog matches of the node's toolkit version (``module_utils/catalog/evaluate.evaluate`` matches, or
 the ``advisories`` of a ``security.container-toolkit`` / ``defect.container-toolkit``
 finding: both carry ``id``, ``cves``, ``fixed``). Output: one plan with
 

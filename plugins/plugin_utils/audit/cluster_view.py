@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict as _d, as_list as _l, text as _s
 
 PASS_DEVICE_SPECS = "PASS_DEVICE_SPECS"
 
@@ -47,21 +48,6 @@ def parse_time(value):
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=datetime.timezone.utc)
     return dt
-
-
-def _d(value):
-    """``value`` when it is a mapping, else {} (malformed API objects never raise)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _l(value):
-    """``value`` when it is a list, else []."""
-    return value if isinstance(value, list) else []
-
-
-def _s(value):
-    """``value`` when it is a non-empty string, else None."""
-    return value if isinstance(value, str) and value else None
 
 
 def _meta(obj, key, default=None):
@@ -275,9 +261,9 @@ def image_version(image, scheme):
     if tag is None:
         return None
     try:
-        text = catalog_v2.normalize_version_text(scheme, tag)
-        catalog_v2.parse_version(scheme, text)
-    except catalog_v2.CatalogError:
+        text = catalog_validate.normalize_version_text(scheme, tag)
+        catalog_validate.parse_version(scheme, text)
+    except catalog_validate.CatalogError:
         return None
     return text
 

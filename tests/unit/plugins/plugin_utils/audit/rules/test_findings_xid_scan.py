@@ -4,8 +4,8 @@ Markdown. A complete scan adds nothing; a malformed xid fact never raises."""
 import json
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.findings import evaluate_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build, json_format, markdown_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.evaluate import evaluate_node
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus."
 
@@ -32,12 +32,12 @@ def test_truncated_scan_reports_the_xid_and_the_cut(tmp_path):
     assert scan["title"] == "Xid scan incomplete: " + xid["warning"]
     assert scan["evidence"]["dropped_bytes"] == xid["dropped_bytes"] > 0
 
-    doc = report.build_report([{"name": "gpu-7", "status": "audited", "findings": _findings(xid)}],
-                              generated_at="2025-01-01T00:00:00Z", collection_version="0")
-    out = json.loads(report.render_json(doc))
+    doc = build.build_report([{"name": "gpu-7", "status": "audited", "findings": _findings(xid)}],
+                             generated_at="2025-01-01T00:00:00Z", collection_version="0")
+    out = json.loads(json_format.render_json(doc))
     (node,) = out["nodes"]
     assert [f["evidence"]["error"] for f in node["findings"] if f["id"] == "audit.module_failed"] == [xid["warning"]]
-    md = report.render_markdown(doc)
+    md = markdown_format.render_markdown(doc)
     assert "Xid scan incomplete: kernel log truncated (kmsg): " in md
     assert "the oldest" in md and "were not scanned" in md
 

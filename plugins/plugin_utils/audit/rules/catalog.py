@@ -6,7 +6,7 @@
 :func:`rule_catalog` evaluates every NVIDIA component whose version the node (``ctx["nvidia"]``,
 ``ctx["stack"]``: the ``nvidia_stack`` facts of kubegpu.fleet.stack_facts) or its view from the
 Kubernetes API (``ctx["api"]["components"]``) knows against ``ctx["catalog"]`` (the entries of
-``catalog_v2.load_catalog``), with condition facts built from the node. It returns one
+``plugin_utils/catalog/load.py``), with condition facts built from the node. It returns one
 ``security.<component>`` finding per component with security matches and one
 ``defect.<component>`` finding per component other than the driver with defect matches (driver
 defects stay ``driver.known_bad``/``driver.at_risk`` from driver_guard).
@@ -19,34 +19,23 @@ both rules return nothing.
 """
 from __future__ import annotations
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict as _d, dict_items as _l, nonblank as _str
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES, finding
 
 COMPONENTS = ("driver", "container-toolkit", "fabric-manager", "device-plugin", "gpu-operator", "mig-manager",
               "dcgm", "dcgm-exporter")
 API_COMPONENTS = ("device-plugin", "mig-manager", "gpu-operator", "dcgm", "dcgm-exporter")
 
-# id -> (lowest severity, title); the instance severity comes from the matches.
-STACK_FINDINGS = {
-    "security.driver": ("info", "NVIDIA driver affected by published security advisories"),
-    "security.container-toolkit": ("info", "NVIDIA Container Toolkit affected by published security advisories"),
-    "security.fabric-manager": ("info", "NVIDIA Fabric Manager affected by published security advisories"),
-    "security.device-plugin": ("info", "NVIDIA device plugin affected by published security advisories"),
-    "security.gpu-operator": ("info", "NVIDIA GPU Operator affected by published security advisories"),
-    "security.mig-manager": ("info", "NVIDIA MIG manager affected by published security advisories"),
-    "security.dcgm": ("info", "NVIDIA DCGM affected by published security advisories"),
-    "security.dcgm-exporter": ("info", "NVIDIA DCGM Exporter affected by published security advisories"),
-    "defect.container-toolkit": ("info", "NVIDIA Container Toolkit release with a known defect"),
-    "defect.fabric-manager": ("info", "NVIDIA Fabric Manager release with a known defect"),
-    "defect.device-plugin": ("info", "NVIDIA device plugin release with a known defect"),
-    "defect.gpu-operator": ("info", "NVIDIA GPU Operator release with a known defect"),
-    "defect.mig-manager": ("info", "NVIDIA MIG manager release with a known defect"),
-    "defect.dcgm": ("info", "NVIDIA DCGM release with a known defect"),
-    "defect.dcgm-exporter": ("info", "NVIDIA DCGM Exporter release with a known defect"),
-    "fabricmanager.version_mismatch": ("critical", "Fabric manager version differs from the driver's on an "
-                                                   "NVSwitch system (CUDA fails with error 802)"),
-    "driver.unlisted_branch": ("info", "NVIDIA driver branch not listed in NVIDIA's latest driver security bulletin "
-                                       "(possibly affected)"),
-}
+# The finding ids per component (rows of finding_types.TYPES; the instance severity comes from the matches).
+SECURITY_IDS = {"driver": "security.driver", "container-toolkit": "security.container-toolkit",
+                "fabric-manager": "security.fabric-manager", "device-plugin": "security.device-plugin",
+                "gpu-operator": "security.gpu-operator", "mig-manager": "security.mig-manager",
+                "dcgm": "security.dcgm", "dcgm-exporter": "security.dcgm-exporter"}
+DEFECT_IDS = {"container-toolkit": "defect.container-toolkit", "fabric-manager": "defect.fabric-manager",
+              "device-plugin": "defect.device-plugin", "gpu-operator": "defect.gpu-operator",
+              "mig-manager": "defect.mig-manager", "dcgm": "defect.dcgm", "dcgm-exporter": "defect.dcgm-exporter"}
 # The advice every NVIDIA GPU Display Driver bulletin gives under its table (e.g. 5821, 5861,
 # "Bulletin Notes"), quoted in the driver.unlisted_branch finding with the bulletin's sources.
 UNLISTED_BRANCH_ADVICE = ("The table above might not be a comprehensive list of all affected supported versions or "
@@ -55,8 +44,6 @@ UNLISTED_BRANCH_ADVICE = ("The table above might not be a comprehensive list of 
                           "are using an earlier branch release for which an update version is not listed above, "
                           "upgrade to the latest branch release.")
 
-ROLES = {"driver": "kubegpu.fleet.driver", "fabric-manager": "kubegpu.fleet.driver",
-         "container-toolkit": "kubegpu.fleet.device_plugin", "device-plugin": "kubegpu.fleet.device_plugin"}
 PACKAGES = {"driver": "the NVIDIA driver", "container-toolkit": "nvidia-container-toolkit",
             "fabric-manager": "the fabric manager", "device-plugin": "the NVIDIA device plugin",
             "gpu-operator": "the GPU Operator", "mig-manager": "the MIG manager",
@@ -67,18 +54,6 @@ RANK = {"critical": 0, "warning": 1, "info": 2}
 # Entries whose condition is the fabric manager / driver equality: rule_fabricmanager reports
 # them as fabricmanager.version_mismatch, never also as defect.fabric-manager.
 MISMATCH_CONDITION = "fabric_manager_matches_driver"
-
-
-def _d(value):
-    return value if isinstance(value, dict) else {}
-
-
-def _l(value):
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _str(value):
-    return value if isinstance(value, str) and value.strip() else None
 
 
 def _upstream(version):
@@ -106,7 +81,7 @@ def fabric_manager_matches(ctx):
 
 
 def condition_facts(ctx):
-    """Catalog condition facts (catalog_v2.CONDITIONS) from the node and its API view; a fact
+    """Catalog condition facts (catalog_validate.CONDITIONS) from the node and its API view; a fact
     nothing tells is left out (unknown)."""
     nv = _d(ctx.get("nvidia"))
     stack = _d(ctx.get("stack"))
@@ -154,7 +129,7 @@ def condition_facts(ctx):
             facts[key] = api[key]
     if isinstance(api.get("rdma"), bool):
         facts["rdma"] = api["rdma"]
-    return dict((k, v) for k, v in facts.items() if k in catalog_v2.CONDITIONS)
+    return dict((k, v) for k, v in facts.items() if k in catalog_validate.CONDITIONS)
 
 
 def component_versions(ctx):
@@ -194,21 +169,23 @@ def _advisory(m):
 
 
 def _highest_fixed(component, matches):
-    scheme = catalog_v2.COMPONENT_SCHEMES[component]
+    scheme = catalog_validate.COMPONENT_SCHEMES[component]
     best = None
     for m in matches:
         if not m.get("fixed"):
             continue
         try:
-            v = catalog_v2.parse_version(scheme, m["fixed"])
-        except catalog_v2.CatalogError:
+            v = catalog_validate.parse_version(scheme, m["fixed"])
+        except catalog_validate.CatalogError:
             continue
         if best is None or v > best[0]:
             best = (v, m["fixed"])
     return best[1] if best else None
 
 
-def _finding(fid, component, version, matches):
+def _finding(kind, component, version, matches):
+    """The ``security.<component>`` (``kind`` security) or ``defect.<component>`` finding of ``matches``."""
+    fid = (SECURITY_IDS if kind == "security" else DEFECT_IDS)[component]
     cves = sorted(set(c for m in matches for c in (m.get("cves") or [])))
     scores = [m["max_cvss"] for m in matches if isinstance(m.get("max_cvss"), (int, float))]
     severity = min((_severity(m) for m in matches), key=lambda s: RANK[s])
@@ -222,21 +199,19 @@ def _finding(fid, component, version, matches):
     if mitigations:
         summary += "; where the upgrade is not allowed: see the advisories' mitigation"
     remediation = {"summary": summary, "fixed": dict((m["id"], m.get("fixed")) for m in matches)}
-    if ROLES.get(component):
-        remediation["role"] = ROLES[component]
+    if TYPES[fid].role:
+        remediation["role"] = TYPES[fid].role_fqcn
     refs = []
     for m in matches:
         for s in m.get("sources") or []:
             if s not in refs:
                 refs.append(s)
-    title = STACK_FINDINGS[fid][1]
-    return {"id": fid, "severity": severity, "title": title,
-            "evidence": {"component": component, "version": version, "cves": cves,
+    return finding(fid, {"component": component, "version": version, "cves": cves,
                          "max_cvss": max(scores) if scores else None,
                          "advisories": [_advisory(m) for m in matches],
                          "mitigations": dict((m["id"], m["mitigation"]) for m in matches
                                              if _str(m.get("mitigation")))},
-            "remediation": remediation, "references": refs}
+                   remediation=remediation, references=refs, severity=severity)
 
 
 def _catalog(ctx):
@@ -255,15 +230,15 @@ def rule_catalog(ctx):
     out = []
     for component, version in sorted(component_versions(ctx).items(), key=lambda kv: COMPONENTS.index(kv[0])):
         try:
-            result = catalog_v2.evaluate(catalog, component, version, facts)
-        except catalog_v2.CatalogError:
+            result = catalog_evaluate.evaluate(catalog, component, version, facts)
+        except catalog_validate.CatalogError:
             continue  # a version that does not parse in the component's scheme matches nothing
         security = [m for m in result["matches"] if m["kind"] == "security"]
         defects = [m for m in result["matches"] if m["kind"] == "defect" and component != "driver"
                    and MISMATCH_CONDITION not in _conditions_of(by_id.get(m["id"]))]
         norm = result["matches"][0]["version"] if result["matches"] else version
         if security:
-            f = _finding("security.%s" % component, component, norm, security)
+            f = _finding("security", component, norm, security)
             if component == "container-toolkit":
                 # features.disable-cuda-compat-lib-hook (bulletin 5659's mitigation for
                 # CVE-2025-23266 in legacy mode; reported bypassable): evidence, not a verdict.
@@ -271,7 +246,7 @@ def rule_catalog(ctx):
                     "container_toolkit")).get("cuda_compat_hook_disabled")
             out.append(f)
         if defects:
-            out.append(_finding("defect.%s" % component, component, norm, defects))
+            out.append(_finding("defect", component, norm, defects))
     out.extend(rule_unlisted_branch(ctx))
     return out
 
@@ -312,8 +287,8 @@ def rule_unlisted_branch(ctx):
     if catalog is None or version is None:
         return []
     try:
-        branch = catalog_v2.parse_version("driver", version).branch
-    except catalog_v2.CatalogError:
+        branch = catalog_validate.parse_version("driver", version).branch
+    except catalog_validate.CatalogError:
         return []
     latest = latest_driver_bulletin(catalog)
     if latest is None or not latest[1] or branch in latest[1]:
@@ -325,18 +300,15 @@ def rule_unlisted_branch(ctx):
               "R%d is newer than every branch NVIDIA's latest driver bulletin lists (the bulletin predates it): "
               "whether the bulletin's CVEs affect it is not known" % branch)
     names = ", ".join("R%d" % b for b in listed)
-    return [{"id": "driver.unlisted_branch", "severity": "warning" if earlier else "info",
-             "title": STACK_FINDINGS["driver.unlisted_branch"][1],
-             "evidence": {"component": "driver", "version": version, "branch": branch, "status": "possibly_affected",
-                          "reason": reason, "listed_branches": listed,
-                          "bulletin": {"id": str(advisory["id"]), "title": advisory.get("title"),
-                                       "revision": None if advisory.get("revision") is None
-                                       else str(advisory["revision"]),
-                                       "date": str(advisory["date"])},
-                          "advice": UNLISTED_BRANCH_ADVICE},
-             "remediation": {"summary": "move to a branch the bulletin lists (%s): the latest release of that branch"
-                                        % names, "role": ROLES["driver"]},
-             "references": list(sources)}]
+    return [finding("driver.unlisted_branch", {
+        "component": "driver", "version": version, "branch": branch, "status": "possibly_affected",
+        "reason": reason, "listed_branches": listed,
+        "bulletin": {"id": str(advisory["id"]), "title": advisory.get("title"),
+                     "revision": None if advisory.get("revision") is None else str(advisory["revision"]),
+                     "date": str(advisory["date"])},
+        "advice": UNLISTED_BRANCH_ADVICE},
+        remediation={"summary": "move to a branch the bulletin lists (%s): the latest release of that branch" % names},
+        references=sources, severity="warning" if earlier else "info")]
 
 
 def _conditions_of(entry):
@@ -367,15 +339,12 @@ def rule_fabricmanager(ctx):
             if _str(s.get("url")) and s["url"] not in refs:
                 refs.append(s["url"])
     drv = _upstream(driver_version(ctx))
-    return [{"id": "fabricmanager.version_mismatch", "severity": "critical",
-             "title": STACK_FINDINGS["fabricmanager.version_mismatch"][1],
-             "evidence": {"driver_version": drv, "fabric_manager_version": _upstream(fm.get("version")),
-                          "fabric_manager_package": fm.get("package"),
-                          "fabric_manager_service": fm.get("service"),
-                          "nvswitch_count": nvs.get("count"), "nvswitch_bus_ids": nvs.get("bus_ids"),
-                          "catalog_entries": [e.get("id") for e in entries]},
-             "remediation": {"summary": "install the fabric manager at exactly the driver's version %s (move "
-                                        "both in lockstep, hold both), then restart nvidia-fabricmanager" % drv,
-                             "role": "kubegpu.fleet.driver",
-                             "vars": {"kubegpu_driver_version": drv} if drv else {}},
-             "references": refs}]
+    return [finding("fabricmanager.version_mismatch", {
+        "driver_version": drv, "fabric_manager_version": _upstream(fm.get("version")),
+        "fabric_manager_package": fm.get("package"), "fabric_manager_service": fm.get("service"),
+        "nvswitch_count": nvs.get("count"), "nvswitch_bus_ids": nvs.get("bus_ids"),
+        "catalog_entries": [e.get("id") for e in entries]},
+        remediation={"summary": "install the fabric manager at exactly the driver's version %s (move "
+                                "both in lockstep, hold both), then restart nvidia-fabricmanager" % drv,
+                     "vars": {"kubegpu_driver_version": drv} if drv else {}},
+        references=refs)]

@@ -1,17 +1,19 @@
 """Remediation of the issue-14 findings (security.*, defect.*, fabricmanager.version_mismatch) and
-the toolkit fix decision (plugins/plugin_utils/toolkit_fix.py), over the bundled catalog v2 and
+the toolkit fix decision (plugins/plugin_utils/remediation/toolkit.py), over the bundled catalog v2 and
 findings produced by the real rules (findings.evaluate_node)."""
 import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import toolkit_fix as tf
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import DRAIN, MANUAL, ROLE_FOR, plan_node
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import toolkit as tf
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.plan import plan_node
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
-CATALOG = catalog_v2.load_catalog(os.path.join(ROOT, "catalog", "v2"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", ".."))
+CATALOG = catalog_load.load_catalog(os.path.join(ROOT, "catalog", "v2"))
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -50,9 +52,10 @@ def finding(c, fid):
 
 
 def test_every_stack_finding_is_routed_or_left_for_a_person():
-    stack = [fid for fid in fd.FINDINGS if fid.startswith(("security.", "defect.", "fabricmanager."))]
-    assert stack and all(fid in ROLE_FOR or fid in MANUAL for fid in stack)
-    assert {"security.driver", "security.fabric-manager"} <= DRAIN and "fabricmanager.version_mismatch" not in DRAIN
+    stack = [fid for fid in TYPES if fid.startswith(("security.", "defect.", "fabricmanager."))]
+    assert stack and all(TYPES[fid].automatic or TYPES[fid].manual for fid in stack)
+    assert TYPES["security.driver"].drain and TYPES["security.fabric-manager"].drain \
+        and not TYPES["fabricmanager.version_mismatch"].drain
 
 
 def test_toolkit_finding_plans_the_upgrade_and_the_mitigation():
@@ -85,7 +88,7 @@ def test_toolkit_before_the_compat_hook_cannot_be_mitigated_by_the_flag():
 
 
 def test_toolkit_fix_plan_from_catalog_matches_and_pins():
-    res = catalog_v2.evaluate(CATALOG, "container-toolkit", "1.17.6", {"injection_mode": "cdi", "runtime": "runc"})
+    res = catalog_evaluate.evaluate(CATALOG, "container-toolkit", "1.17.6", {"injection_mode": "cdi", "runtime": "runc"})
     sec = [m for m in res["matches"] if m["kind"] == "security"]
     fix = tf.fix_plan(sec, "1.17.6", injection_mode="cdi")
     assert fix["target"] == highest(m["fixed"] for m in sec) and fix["mitigations"] == {}

@@ -5,11 +5,12 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
 
 NOW = datetime.datetime(2026, 11, 22, 6, 0, tzinfo=datetime.timezone.utc)
-CATALOG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "catalog", "v2")
+CATALOG = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "catalog", "v2")
 
 
 def node(name):
@@ -167,8 +168,8 @@ def test_malformed_operator_objects_are_recorded_not_raised(objs, problem):
 
 
 def test_components_evaluate_against_the_catalog():
-    """The facts are what catalog_v2.evaluate takes: versions in its text, conditions by name."""
-    entries = catalog_v2.load_catalog(CATALOG)
+    """The facts are what the catalog's evaluate takes: versions in its text, conditions by name."""
+    entries = catalog_load.load_catalog(CATALOG)
     pods = [pod("nvdp", "gpu-a", "nvcr.io/nvidia/k8s-device-plugin:v0.17.2",
                 env={"DEVICE_LIST_STRATEGY": "cdi-annotations"}),
             pod("mig", "gpu-a", "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.1-ubuntu20.04")]
@@ -178,7 +179,7 @@ def test_components_evaluate_against_the_catalog():
     dp = comps["device-plugin"]
     facts = {"device_list_strategy": dp["device_list_strategy"], "mig_strategy": dp["mig_strategy"],
              "runtime": "runc", "cdi_enabled": comps["gpu-operator"]["cdi_enabled"]}
-    got = dict((c, sorted(m["id"] for m in catalog_v2.evaluate(entries, c, comps[c]["version"], facts)["matches"]
+    got = dict((c, sorted(m["id"] for m in catalog_evaluate.evaluate(entries, c, comps[c]["version"], facts)["matches"]
                           if m["kind"] == "security"))
                for c in ("device-plugin", "mig-manager", "gpu-operator"))
     assert "device-plugin-cve-2025-23266" in got["device-plugin"]

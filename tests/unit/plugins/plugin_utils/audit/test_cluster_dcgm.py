@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack as fs
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 
 NOW = datetime.datetime(2026, 11, 27, 3, 0, tzinfo=datetime.timezone.utc)
-CATALOG = catalog_v2.load_catalog(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "catalog", "v2"))
+CATALOG = catalog_load.load_catalog(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "catalog", "v2"))
 EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:%s"
 ENGINE = "nvcr.io/nvidia/cloud-native/dcgm:%s"
 

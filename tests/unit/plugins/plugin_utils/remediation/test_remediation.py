@@ -1,9 +1,9 @@
 """Remediation plans from real audit findings (findings produced by the audit rules)."""
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import (
-    DRAIN, MANUAL, ROLE_FOR, cluster_plan, plan_node)
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.plan import plan_node
 
 NV_OK = {"present": True, "probe": {"status": "ok", "backend": "nvml"}, "driver_version": "570.172.08",
          "kernel_module_version": "570.172.08", "mig_mixed": False,
@@ -20,8 +20,10 @@ def audit(ctx, **kw):
 
 
 def test_every_finding_is_routed_or_left_for_a_person():
-    assert set(ROLE_FOR) | MANUAL == set(fd.FINDINGS) - {"cluster.device_plugin_outdated"}
-    assert DRAIN <= set(ROLE_FOR)
+    routed = set(fid for fid, t in TYPES.items() if t.automatic)
+    manual = set(fid for fid, t in TYPES.items() if t.manual)
+    assert routed | manual == set(TYPES) - {"cluster.device_plugin_outdated"}
+    assert set(fid for fid, t in TYPES.items() if t.drain) <= routed
 
 
 def test_healthy_node_has_nothing_to_do():
@@ -92,10 +94,3 @@ def test_manual_and_skipped_findings():
 def test_node_not_audited_is_never_touched(status):
     plan = plan_node({"status": status, "findings": [{"id": "checkpoint.stale"}]})
     assert plan["fix"] is False and plan["roles"] == {} and "not audited" in plan["reason"]
-
-
-def test_cluster_plan():
-    cp = cluster_plan({"a": ["cpumanager.device_specs"], "b": []},
-                      [{"id": "cluster.device_plugin_outdated", "evidence": {"daemonset": "legacy"}}])
-    assert cp == {"device_plugin": True, "static_cpu_manager_nodes": ["a"], "outdated_daemonsets": ["legacy"]}
-    assert cluster_plan({"a": []})["device_plugin"] is False

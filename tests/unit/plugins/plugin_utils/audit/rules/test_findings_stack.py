@@ -4,12 +4,14 @@ import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack as fs
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
-CATALOG = catalog_v2.load_catalog(os.path.join(ROOT, "catalog", "v2"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "..", ".."))
+CATALOG = catalog_load.load_catalog(os.path.join(ROOT, "catalog", "v2"))
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -148,7 +150,7 @@ def test_security_fabric_manager_from_extra_entry():
         "conditions": {"kernel_modules": ["open"]},
         "remediation": "upgrade", "advisory": {"publisher": "t", "id": "1", "revision": "1.0", "date": "2026-11-23"},
         "sources": [{"url": "https://example.com/a", "verified": "2026-11-23"}]}]}
-    cat = catalog_v2.validate_catalog([extra])
+    cat = catalog_validate.validate_catalog([extra])
     found = by_id(fs.rule_catalog(node(fm="570.172.08", catalog=cat)))
     assert found["security.fabric-manager"]["severity"] == "critical"
     assert found["security.fabric-manager"]["evidence"]["cves"] == ["CVE-2099-0001"]
@@ -197,7 +199,7 @@ def test_evaluate_node_wires_rules():
     assert {"security.driver", "security.container-toolkit", "defect.container-toolkit",
             "fabricmanager.version_mismatch"} <= set(ids)
     for fid in ids:
-        assert fid in fd.FINDINGS
+        assert fid in TYPES
 
 
 def test_malformed_stack_does_not_raise():

@@ -1,4 +1,4 @@
-"""The verdict on the audit after remediation (remediation.final_verdict and the
+"""The verdict on the audit after remediation (remediation/verdict.py final_verdict and the
 kubegpu.fleet.remediation_verdict filter): findings the node's plan left for a person (cluster
 components) are reported but do not fail the run; anything else at or above fail_on does."""
 import copy
@@ -8,13 +8,14 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kubegpu.fleet.plugins.filter.remediation import remediation_verdict
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import final_verdict, plan_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build as rep
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.plan import plan_node
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation.verdict import final_verdict
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
-CATALOG = catalog_v2.load_catalog(os.path.join(ROOT, "catalog", "v2"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", ".."))
+CATALOG = catalog_load.load_catalog(os.path.join(ROOT, "catalog", "v2"))
 CLUSTER = {"security.device-plugin", "security.gpu-operator", "security.mig-manager"}
 
 

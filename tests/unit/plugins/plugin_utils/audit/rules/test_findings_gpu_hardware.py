@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import pci as gpu_pci
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
 
 BUS = ["0000:18:00.0", "0000:28:00.0", "0000:38:00.0"]
 XID_79 = ("[  812.345678] n kernel: NVRM: Xid (PCI:0000:38:00): 79, pid=1101234, "

@@ -3,13 +3,13 @@ does not list is possibly affected (the bulletin's own advice), over the bundled
 import copy
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack as fs
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import remediation
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
-CATALOG = catalog_v2.load_catalog(os.path.join(ROOT, "catalog", "v2"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "..", ".."))
+CATALOG = catalog_load.load_catalog(os.path.join(ROOT, "catalog", "v2"))
 
 
 def ctx(driver, catalog=None):
@@ -39,7 +39,7 @@ def test_an_earlier_branch_the_bulletin_does_not_list_is_possibly_affected():
     assert "https://nvidia.custhelp.com/app/answers/detail/a_id/%s" % aid in f["references"]
     assert f["remediation"]["summary"].startswith("move to a branch the bulletin lists (%s)"
                                                   % ", ".join("R%d" % b for b in branches))
-    assert f["id"] in fd.FINDINGS and f["id"] in remediation.MANUAL
+    assert f["id"] in TYPES and TYPES[f["id"]].manual
 
 
 def test_a_listed_branch_gives_nothing_and_a_newer_one_is_info():
