@@ -16,14 +16,21 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, driver_catalog_ctl
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as rep
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build as rep
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import (
+    html_format,
+    json_format,
+    markdown_format,
+    prometheus_format,
+)
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 
 FORMATS = {
-    "json": ("kubegpu-audit.json", rep.render_json),
-    "html": ("kubegpu-audit.html", rep.render_html),
-    "markdown": ("kubegpu-audit.md", rep.render_markdown),
-    "prometheus": ("kubegpu_audit.prom", rep.render_prometheus),
+    "json": ("kubegpu-audit.json", json_format.render_json),
+    "html": ("kubegpu-audit.html", html_format.render_html),
+    "markdown": ("kubegpu-audit.md", markdown_format.render_markdown),
+    "prometheus": ("kubegpu_audit.prom", prometheus_format.render_prometheus),
 }
 
 
@@ -67,8 +74,8 @@ class ActionModule(ActionBase):
         # the catalog the audit evaluated with (the same loader and catalog_extra): its date goes in the report
         catalog, catalog_error = None, None
         try:
-            catalog = driver_catalog_ctl.catalog_entries(args["catalog_extra"])
-        except (catalog_v2.CatalogError, driver_catalog_ctl.DriverCatalogError, OSError, ValueError) as e:
+            catalog = catalog_load.catalog_entries(args["catalog_extra"])
+        except (CatalogError, OSError, ValueError) as e:
             catalog_error = str(e) or type(e).__name__
         try:
             report = rep.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],

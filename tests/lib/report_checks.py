@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 """Independent checks of the audit report's four formats, shared by the unit corpus
-(tests/unit/plugins/plugin_utils/test_report_hostile.py) and the module corpus
+(tests/unit/plugins/plugin_utils/audit/report/test_*_format.py) and the module corpus
 (tests/module/test_bad_input_reports.py).
 
 Each parses an output with a parser of its own (json, markdown-it-py, html.parser, promtool)
-and knows nothing of report.py: ``display``/``html_display`` say what a reader must see for a
+and knows nothing of the report's code: ``display``/``html_display`` say what a reader must see for a
 value, written here from the rules (one line, invisible characters as U+FFFD), not from the
 code under test.
 

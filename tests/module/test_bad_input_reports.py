@@ -14,7 +14,8 @@ clear ``msg``, the files the task was pointed at intact by sha256, nothing writt
   (``lib.report_checks``), and promtool must accept the metrics.
 
 The CSAF importer's corpus is tests/unit/test_csaf_import_hostile.py (a maintainer script, run
-through its CLI there); the renderers' unit corpus is tests/unit/plugins/plugin_utils/test_report_hostile.py.
+through its CLI there); the renderers' unit corpus is tests/lib/report_corpus.py, run by
+tests/unit/plugins/plugin_utils/audit/report/test_*_format.py.
 """
 from __future__ import absolute_import, division, print_function
 

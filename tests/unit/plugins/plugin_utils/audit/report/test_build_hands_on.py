@@ -11,20 +11,24 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as r
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import html_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import json_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import markdown_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import prometheus_format
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.test_findings_gpu_hardware import (
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.plugin_utils.audit.rules.test_findings_gpu_hardware import (
     XID_13, XID_74, XID_79, _health, _nvidia)
 
-SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "docs",
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "..", "..", "docs",
                       "audit-report.schema.json")
 
 
 @pytest.fixture
 def report(tmp_path):
     def node(name, nv):
-        return {"name": name, "status": "audited", "findings": fd.evaluate_node({"nvidia": nv})}
+        return {"name": name, "status": "audited", "findings": evaluate.evaluate_node({"nvidia": nv})}
     nodes = [
         node("gpu-rma", _nvidia(tmp_path / "a", [0, 1, 2], health={0: _health(failure=True)})),
         node("gpu-offbus", _nvidia(tmp_path / "b", [0, 1], log=[XID_79])),
@@ -33,7 +37,7 @@ def report(tmp_path):
         node("gpu-app", _nvidia(tmp_path / "e", [0, 1, 2], log=[XID_13])),
         {"name": "gpu-down", "status": "unreachable", "error": "ssh: refused", "findings": []},
     ]
-    return r.build_report(nodes, generated_at="2026-11-23T21:00:00Z", fail_on="critical")
+    return build.build_report(nodes, generated_at="2026-11-23T21:00:00Z", fail_on="critical")
 
 
 def test_json_lists_hands_on_nodes_only_and_validates(report):
@@ -47,7 +51,7 @@ def test_json_lists_hands_on_nodes_only_and_validates(report):
     assert by["gpu-nvlink"]["findings"] == ["gpu.xid"]
     with open(SCHEMA) as f:
         schema = json.load(f)
-    doc = json.loads(r.render_json(report))
+    doc = json.loads(json_format.render_json(report))
     jsonschema.validate(doc, schema)
     doc["summary"]["hands_on"][0]["extra"] = 1
     with pytest.raises(jsonschema.ValidationError):
@@ -55,18 +59,18 @@ def test_json_lists_hands_on_nodes_only_and_validates(report):
 
 
 def test_markdown_and_html_name_the_hands_on_nodes(report):
-    md = r.render_markdown(report)
+    md = markdown_format.render_markdown(report)
     assert "**Hands-on work (nodes left cordoned for a person):**" in md
     assert "- **gpu-rma** (`gpu.rma`): a person replaces the GPU (RMA)" in md
     assert "gpu-remap**" not in md.split("| severity |", maxsplit=1)[0]  # a reboot fixes it: not hands-on
-    html = r.render_html(report)
+    html = html_format.render_html(report)
     section = html.split('<section id="hands-on">')[1].split("</section>")[0]
     assert section.count("<li ") == 3 and 'data-node="gpu-offbus"' in section
     assert "gpu-remap" not in section and "gpu-app" not in section
 
 
 def test_prometheus_hands_on_gauge_passes_promtool(report, tmp_path):
-    text = r.render_prometheus(report)
+    text = prometheus_format.render_prometheus(report)
     assert 'kubegpu_audit_node_hands_on{node="gpu-rma"} 1' in text
     assert 'kubegpu_audit_node_hands_on{node="gpu-remap"} 0' in text
     assert 'kubegpu_audit_node_hands_on{node="gpu-down"} 0' in text
@@ -79,7 +83,7 @@ def test_prometheus_hands_on_gauge_passes_promtool(report, tmp_path):
 
 
 def test_report_without_hardware_findings_has_an_empty_list():
-    rep = r.build_report([{"name": "n", "status": "audited", "findings": []}],
-                         generated_at="2026-11-23T21:00:00Z")
+    rep = build.build_report([{"name": "n", "status": "audited", "findings": []}],
+                             generated_at="2026-11-23T21:00:00Z")
     assert rep["summary"]["hands_on"] == []
-    assert "Hands-on" not in r.render_markdown(rep) and 'id="hands-on"' not in r.render_html(rep)
+    assert "Hands-on" not in markdown_format.render_markdown(rep) and 'id="hands-on"' not in html_format.render_html(rep)

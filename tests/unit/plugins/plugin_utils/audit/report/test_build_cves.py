@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """The report's CVE section: security.<component> findings grouped by CVE, in every format.
 
-The findings are built from real catalog v2 matches (catalog_v2.evaluate on catalog/v2) in the
+The findings are built from real catalog v2 matches (module_utils/catalog/evaluate.evaluate on catalog/v2) in the
 shape of the shared contract (evidence: component, version, cves, max_cvss, advisories).
 """
 import json
@@ -11,18 +11,23 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import report as r
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import html_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import json_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import markdown_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import prometheus_format
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 
-REPO = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
-CATALOG = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+REPO = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "..")
+CATALOG = catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2"))
 PROMTOOL = shutil.which("promtool")
 FINDING_SEVERITY = {"critical": "critical", "high": "critical", "medium": "warning", "low": "info", "info": "info"}
 
 
 def security_finding(component, version, facts):
     """One security.<component> finding as the contract describes it, from the real catalog."""
-    matches = [m for m in catalog_v2.evaluate(CATALOG, component, version, facts)["matches"]
+    matches = [m for m in catalog_evaluate.evaluate(CATALOG, component, version, facts)["matches"]
                if m["kind"] == "security"]
     assert matches, (component, version, facts)
     advisories = [{"id": m["id"], "title": m["title"], "cves": m["cves"], "max_cvss": m["max_cvss"],
@@ -56,7 +61,7 @@ def fleet():
 
 
 def test_cves_are_grouped_across_nodes_and_components():
-    rep = r.build_report(fleet(), generated_at="2026-11-22T06:00:00Z")
+    rep = build.build_report(fleet(), generated_at="2026-11-22T06:00:00Z")
     cves = dict((c["id"], c) for c in rep["cves"])
     nvscape = cves["CVE-2025-23266"]
     assert nvscape["max_cvss"] == 9.0 and nvscape["severity"] == "critical"
@@ -72,7 +77,7 @@ def test_cves_are_grouped_across_nodes_and_components():
     # most severe first; each CVE once
     assert rep["cves"][0]["id"] == "CVE-2025-23266"
     assert len(rep["cves"]) == len(set(c["id"] for c in rep["cves"]))
-    ranks = [(r.CVE_SEVERITY_RANK[c["severity"]], c["max_cvss"] or 0) for c in rep["cves"]]
+    ranks = [(build.CVE_SEVERITY_RANK[c["severity"]], c["max_cvss"] or 0) for c in rep["cves"]]
     assert ranks == sorted(ranks, reverse=True)
     assert "CVE-2025-23267" in cves and cves["CVE-2025-23267"]["severity"] == "high"
 
@@ -81,7 +86,7 @@ def test_report_with_cves_validates_against_the_published_schema():
     jsonschema = pytest.importorskip("jsonschema")
     with open(os.path.join(REPO, "docs", "audit-report.schema.json")) as f:
         schema = json.load(f)
-    rep = json.loads(r.render_json(r.build_report(fleet(), generated_at="2026-11-22T06:00:00Z")))
+    rep = json.loads(json_format.render_json(build.build_report(fleet(), generated_at="2026-11-22T06:00:00Z")))
     jsonschema.validate(rep, schema)
     rep["cves"][0]["severity"] = "warning"  # finding severities are not CVE severities
     with pytest.raises(jsonschema.ValidationError):
@@ -91,13 +96,13 @@ def test_report_with_cves_validates_against_the_published_schema():
 def test_markdown_and_html_cve_sections_bound_the_node_list():
     many = [{"name": "gpu-%02d" % i, "status": "audited",
              "findings": [security_finding("container-toolkit", "1.17.7", RUNC)]} for i in range(13)]
-    rep = r.build_report(many, generated_at="2026-11-22T06:00:00Z")
-    md = r.render_markdown(rep)
+    rep = build.build_report(many, generated_at="2026-11-22T06:00:00Z")
+    md = markdown_format.render_markdown(rep)
     assert "## CVEs across the fleet" in md
     row = [line for line in md.splitlines() if line.startswith("| CVE-2025-23266 |")][0]
     assert "| 9.0 | critical | container-toolkit | 13: gpu-00, gpu-01" in row
     assert "gpu-09 and 3 more" in row and "gpu-10" not in row and "container-toolkit 1.17.8" in row
-    page = r.render_html(rep)
+    page = html_format.render_html(rep)
     assert '<tr data-cve="CVE-2025-23266" data-affected-nodes="13">' in page
     assert page.index('id="cves"') < page.index('id="matrix"')
     assert '<a href="#node-gpu-09">gpu-09</a> and 3 more' in page and "#node-gpu-10" not in page
@@ -106,7 +111,7 @@ def test_markdown_and_html_cve_sections_bound_the_node_list():
 
 
 def test_prometheus_cve_metric():
-    text = r.render_prometheus(r.build_report(fleet(), generated_at="2026-11-22T06:00:00Z"))
+    text = prometheus_format.render_prometheus(build.build_report(fleet(), generated_at="2026-11-22T06:00:00Z"))
     assert "# TYPE kubegpu_cve_affected_nodes gauge" in text
     assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="container-toolkit",severity="critical"} 2' in text
     assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="device-plugin",severity="critical"} 1' in text
@@ -118,10 +123,10 @@ def test_prometheus_cve_metric():
 
 def test_a_fleet_without_security_findings_renders_no_cve_noise():
     nodes = [n for n in fleet() if n["name"] in ("gpu-c", "gpu-d")]
-    rep = r.build_report(nodes, generated_at="2026-11-22T06:00:00Z")
+    rep = build.build_report(nodes, generated_at="2026-11-22T06:00:00Z")
     assert rep["cves"] == []
-    assert "CVE" not in r.render_markdown(rep) and 'id="cves"' not in r.render_html(rep)
-    assert "kubegpu_cve" not in r.render_prometheus(rep)
+    assert "CVE" not in markdown_format.render_markdown(rep) and 'id="cves"' not in html_format.render_html(rep)
+    assert "kubegpu_cve" not in prometheus_format.render_prometheus(rep)
 
 
 def test_odd_security_evidence_is_tolerated():
@@ -130,19 +135,19 @@ def test_odd_security_evidence_is_tolerated():
          "evidence": {"component": "gpu-operator", "version": None, "cves": ["CVE-2024-0132", 7],
                       "max_cvss": "9", "advisories": ["x", {"id": "a", "cves": "CVE-2024-0132"}]}},
         {"id": "security.driver", "severity": "warning", "title": "no evidence"}]}]
-    rep = r.build_report(odd, generated_at="2026-11-22T06:00:00Z")
+    rep = build.build_report(odd, generated_at="2026-11-22T06:00:00Z")
     assert [(c["id"], c["max_cvss"], c["severity"], c["components"]) for c in rep["cves"]] == [
         ("CVE-2024-0132", None, "info", ["gpu-operator"])]
-    r.render_markdown(rep)
-    r.render_html(rep)
-    r.render_prometheus(rep)
+    markdown_format.render_markdown(rep)
+    html_format.render_html(rep)
+    prometheus_format.render_prometheus(rep)
 
 
 def test_cluster_components_to_findings_to_cve_section():
     """End to end on the controller: API objects -> cluster_view components -> the catalog rules
-    (findings_stack.rule_catalog, E2) -> the report's CVE grouping."""
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import cluster as cl
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack
+    (catalog_rules.rule_catalog, E2) -> the report's CVE grouping."""
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as catalog_rules
 
     def pod(name, node, image, env=None):
         return {"metadata": {"name": name, "namespace": "gpu-operator", "uid": "u-" + name},
@@ -164,9 +169,9 @@ def test_cluster_components_to_findings_to_cve_section():
     stack = {"container_toolkit": {"installed": True, "version": "1.18.0", "runtime": "runc",
                                    "injection_mode": "cdi"}}
     audited = [{"name": name, "status": "audited",
-                "findings": findings_stack.rule_catalog({"api": api, "catalog": CATALOG, "stack": stack})}
+                "findings": catalog_rules.rule_catalog({"api": api, "catalog": CATALOG, "stack": stack})}
                for name, api in sorted(view["nodes"].items())]
-    rep = r.build_report(audited, generated_at="2026-11-22T06:00:00Z")
+    rep = build.build_report(audited, generated_at="2026-11-22T06:00:00Z")
     nvscape = dict((c["id"], c) for c in rep["cves"])["CVE-2025-23266"]
     assert nvscape["components"] == ["device-plugin", "gpu-operator", "mig-manager"]
     assert nvscape["node_names"] == ["gpu-a", "gpu-b"] and nvscape["possibly_affected_nodes"] == []
@@ -174,6 +179,6 @@ def test_cluster_components_to_findings_to_cve_section():
     assert [(n["node"], n["component"]) for n in nvscape["nodes"] if n["component"] == "device-plugin"] == [
         ("gpu-a", "device-plugin")]
     assert nvscape["fixed"]["mig-manager"] == ["0.12.2"] and nvscape["fixed"]["device-plugin"] == ["0.17.3"]
-    text = r.render_prometheus(rep)
+    text = prometheus_format.render_prometheus(rep)
     assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="gpu-operator",severity="critical"} 2' in text
     assert 'kubegpu_cve_affected_nodes{cve="CVE-2025-23266",component="device-plugin",severity="critical"} 1' in text

@@ -1,0 +1,458 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet audit report document: per-node audit results -> the versioned report (controller side).
+
+``build_report`` turns per-node audit results into the report document (schema in
+``docs/audit-report.schema.json``): nodes and their findings checked and sorted, the fleet
+summary, ``cves`` (``group_cves``: the ``security.*`` findings grouped across the fleet by CVE),
+``hands_on`` (hardware work for a person) and, when the audit's catalog is given, ``catalog``
+(``catalog_state``: how current the known-bad catalog is). ``failing_findings`` picks the
+findings at or above ``fail_on``. Pure functions: nothing here touches the network or nodes.
+
+Everything in a report may come from a node (names, finding text, evidence), so the document is
+strict JSON before any renderer sees it: ``json_safe`` turns values into strict JSON values (NaN
+and infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates
+become ``\\udcxx`` text; nesting deeper than JSON_MAX_DEPTH becomes a string). Each renderer
+(``json_format``, ``markdown_format``, ``prometheus_format``, ``html_format`` beside this file)
+starts with ``json_safe`` and has the one escaping path of its format.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import re
+
+import yaml  # ansible-core depends on PyYAML: always there on a controller
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import cvss_rating
+
+SCHEMA_ID = "kubegpu.fleet/audit-report"
+SCHEMA_VERSION = 1
+
+SEVERITIES = ("critical", "warning", "info")
+GENERATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
+SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
+NODE_STATUSES = ("audited", "unreachable", "failed")
+
+
+class ReportError(ValueError):
+    """Raised for malformed audit input; the message names the offending value."""
+
+
+COLLECTION_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+
+def collection_version(root=COLLECTION_ROOT):
+    """Version of the collection these plugins belong to, or None when it does not say.
+
+    An installed collection (``ansible-galaxy collection install``, a tarball) has
+    ``MANIFEST.json`` with ``collection_info.version``; a source checkout (this repository
+    linked into a collections path) has ``galaxy.yml``. Both are small files we wrote.
+    """
+    try:
+        with open(os.path.join(root, "MANIFEST.json"), encoding="utf-8") as fh:
+            version = (json.load(fh).get("collection_info") or {}).get("version")
+        if isinstance(version, str) and version:
+            return version
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return str(version) if version not in (None, "") else None
+
+
+JSON_MAX_DEPTH = 64
+# The renderers' own pass: deeper than anything build_report leaves (its inputs sit a few levels
+# below the report's root), so a built report renders unchanged.
+RENDER_MAX_DEPTH = JSON_MAX_DEPTH + 16
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Invisible or direction-changing characters: C0/C1 controls (not tab, LF, CR), DEL, bidi
+# embeddings, overrides and isolates, zero-width characters, BOM. Shown as U+FFFD in HTML and
+# Markdown so a node name cannot hide or reorder what a reader sees.
+INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e"
+                       "\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def clean_text(text, visible=False):
+    if _SURROGATE.search(text):
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "backslashreplace")
+    if visible:
+        text = INVISIBLE.sub("\ufffd", text)
+    return str(text)
+
+
+def json_safe(value, visible=False, max_depth=JSON_MAX_DEPTH, _depth=0):
+    """A copy of ``value`` made of strict JSON values only.
+
+    NaN/Infinity (a node's reading) become the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``,
+    integers wider than 64 bits a string saying so, keys strings, tuples and sets lists, other
+    objects their ``str``; strings lose lone surrogates (``\\udcff`` text instead), and with
+    ``visible`` their invisible characters (U+FFFD instead). Nesting deeper than ``max_depth``
+    is replaced by a string saying so.
+    """
+    if isinstance(value, str):
+        return clean_text(value, visible)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value) if value.bit_length() <= 64 else "<integer of %d bits>" % value.bit_length()
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else NON_FINITE[repr(value)]
+    if _depth >= max_depth:
+        return "<nested deeper than %d levels: dropped>" % max_depth
+    if isinstance(value, dict):
+        return dict((_json_key(k, visible), json_safe(v, visible, max_depth, _depth + 1)) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v, visible, max_depth, _depth + 1) for v in value]
+    return clean_text(str(value), visible)
+
+
+def _json_key(key, visible):
+    if isinstance(key, str):
+        return clean_text(key, visible)
+    if key is None or isinstance(key, (bool, int, float)):
+        safe = json_safe(key)
+        return safe if isinstance(safe, str) else json.dumps(safe)
+    return clean_text(str(key), visible)
+
+
+def severity_rank(severity):
+    try:
+        return SEVERITY_RANK[severity]
+    except (KeyError, TypeError):
+        raise ReportError("unknown severity %r (expected one of %s)" % (severity, ", ".join(SEVERITIES)))
+
+
+def _check_finding(finding, node):
+    if not isinstance(finding, dict):
+        raise ReportError("finding on node %r is not a mapping: %r" % (node, finding))
+    for key in ("id", "severity", "title"):
+        if not isinstance(finding.get(key), str) or not finding.get(key):
+            raise ReportError("finding on node %r lacks a string %r: %r" % (node, key, finding))
+    severity_rank(finding["severity"])
+    evidence = finding.get("evidence") or {}
+    remediation = finding.get("remediation") or {}
+    references = finding.get("references") or []
+    out = {
+        "id": finding["id"],
+        "severity": finding["severity"],
+        "title": finding["title"],
+        "node": node,
+        # a malformed shape is kept, never dropped, in the shape the renderers expect
+        "evidence": evidence if isinstance(evidence, dict) else {"value": evidence},
+        "remediation": remediation if isinstance(remediation, dict) else {"summary": str(remediation)},
+        "references": list(references) if isinstance(references, list) else [str(references)],
+    }
+    return out
+
+
+CATALOG_MAX_AGE_DAYS = 45
+_ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\Z")
+
+
+def advisory_date(value):
+    m = _ISO_DATE.match(value) if isinstance(value, str) else None
+    if not m:
+        return None
+    try:
+        return datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def catalog_state(entries, today, max_age_days=CATALOG_MAX_AGE_DAYS, error=None):
+    """How current the known-bad catalog in use is.
+
+    ``entries``: the catalog's entries (``plugin_utils/catalog/load.catalog_entries``: bundled plus
+    ``catalog_extra``); ``today``: a ``datetime.date`` (the report's date). Returns
+    ``{"entries", "advisories", "newest_advisory": {"id", "title", "revision", "date"} | None,
+    "age_days", "max_age_days", "stale", "warning", "error"}``: the newest bulletin is the one
+    whose revision date (``advisory.date``, CSAF ``current_release_date``) is latest, the age
+    counts from that date, and ``stale`` is true (with ``warning`` saying so) when it is more
+    than ``max_age_days`` old, when no entry names a dated bulletin, or when the catalog could
+    not be read (``error``).
+    """
+    if isinstance(max_age_days, bool) or not isinstance(max_age_days, int) or max_age_days < 1:
+        raise ReportError("catalog_max_age_days must be a whole number of days >= 1, got %r" % (max_age_days,))
+    entries = [e for e in entries or [] if isinstance(e, dict)]
+    advisories = {}
+    for e in entries:
+        adv = e.get("advisory") if isinstance(e.get("advisory"), dict) else {}
+        date = advisory_date(adv.get("date"))
+        if date is None or adv.get("id") is None:
+            continue
+        key = str(adv["id"])
+        if key not in advisories or date > advisories[key][0]:
+            advisories[key] = (date, adv)
+    out = {"entries": len(entries), "advisories": len(advisories), "newest_advisory": None, "age_days": None,
+           "max_age_days": max_age_days, "stale": True, "warning": None, "error": error}
+    if error:
+        out["warning"] = "the known-bad catalog could not be read, no security finding is reliable: %s" % error
+        return out
+    if not advisories:
+        out["warning"] = "the known-bad catalog names no dated bulletin: how current it is is unknown"
+        return out
+    date, adv = max(advisories.values(), key=lambda da: (da[0], str(da[1].get("id"))))
+    age = (today - date).days
+    out.update(newest_advisory={"id": str(adv["id"]), "title": adv.get("title"),
+                                "revision": None if adv.get("revision") is None else str(adv["revision"]),
+                                "date": date.isoformat()},
+               age_days=age, stale=age > max_age_days)
+    if out["stale"]:
+        out["warning"] = ("the known-bad catalog's newest bulletin (%s, revision %s of %s) is %d days old, more than "
+                          "%d: advisories published since are not reported; refresh the catalog"
+                          % (adv["id"], out["newest_advisory"]["revision"], date.isoformat(), age, max_age_days))
+    return out
+
+
+def build_report(nodes, cluster_findings=None, generated_at=None, collection_version=None,
+                 fail_on="critical", run=None, catalog=None, catalog_max_age_days=CATALOG_MAX_AGE_DAYS,
+                 catalog_error=None):
+    """Aggregate per-node results into the report document.
+
+    ``catalog``: the entries of the known-bad catalog the audit used (or ``catalog_error``, why
+    it could not be read); the report's ``catalog`` section says how current it is
+    (``catalog_state``, dated by ``generated_at``). Without either the section is left out.
+
+    ``nodes`` is a list of ``{"name", "status", "error"?, "findings": [...]}`` where status is
+    audited | unreachable | failed. Unreachable and failed nodes are listed, never dropped.
+    ``cluster_findings`` are findings about the cluster as a whole (node ``None``) or about a
+    named node seen from the API (they carry ``node``).
+    """
+    if fail_on not in SEVERITY_RANK and fail_on not in ("never", "none"):
+        raise ReportError("fail_on must be one of critical, warning, info, never; got %r" % (fail_on,))
+    if generated_at is None:
+        generated_at = datetime.datetime.now(datetime.timezone.utc)
+    if isinstance(generated_at, datetime.datetime):
+        generated_at = generated_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not isinstance(generated_at, str) or not GENERATED_AT.match(generated_at):
+        raise ReportError("generated_at must be a UTC time YYYY-MM-DDTHH:MM:SSZ, got %r" % (generated_at,))
+    # Node data from here on is strict JSON (finite numbers, valid Unicode, bounded nesting).
+    if not isinstance(nodes, (list, tuple)):
+        raise ReportError("nodes must be a list, got %s" % type(nodes).__name__)
+    nodes = json_safe(list(nodes))
+    cluster_findings = json_safe(list(cluster_findings or []))
+    run = json_safe(run) if isinstance(run, dict) else {}
+    collection_version = json_safe(collection_version)
+    catalog_info = None
+    if catalog is not None or catalog_error is not None:
+        today = datetime.date(int(generated_at[:4]), int(generated_at[5:7]), int(generated_at[8:10]))
+        catalog_info = json_safe(catalog_state(catalog, today, catalog_max_age_days,
+                                               error=None if catalog_error is None else str(catalog_error)))
+
+    seen = set()
+    out_nodes = []
+    for entry in nodes:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ReportError("node entry without a name: %r" % (entry,))
+        name = entry["name"]
+        if name in seen:
+            raise ReportError("node %r appears twice" % name)
+        seen.add(name)
+        status = entry.get("status", "audited")
+        if status not in NODE_STATUSES:
+            raise ReportError("node %r has unknown status %r" % (name, status))
+        findings = [_check_finding(f, name) for f in entry.get("findings") or []]
+        out_nodes.append({"name": name, "status": status, "error": entry.get("error"),
+                          "findings": sorted(findings, key=_finding_order)})
+
+    by_name = {n["name"]: n for n in out_nodes}
+    cluster = []
+    for f in cluster_findings or []:
+        node = f.get("node") if isinstance(f, dict) else None
+        if node is not None and not isinstance(node, str):
+            raise ReportError("cluster finding names a node that is not a string: %r" % (node,))
+        checked = _check_finding(f, node)
+        if node is not None and node in by_name:
+            by_name[node]["findings"].append(checked)
+            by_name[node]["findings"].sort(key=_finding_order)
+        else:
+            cluster.append(checked)
+    cluster.sort(key=_finding_order)
+
+    out_nodes.sort(key=lambda n: n["name"])
+    all_findings = [f for n in out_nodes for f in n["findings"]] + cluster
+    by_severity = dict((s, 0) for s in SEVERITIES)
+    by_id = {}
+    for f in all_findings:
+        by_severity[f["severity"]] += 1
+        slot = by_id.setdefault(f["id"], {"severity": f["severity"], "title": f["title"], "count": 0,
+                                          "nodes": []})
+        slot["count"] += 1
+        if severity_rank(f["severity"]) > severity_rank(slot["severity"]):
+            slot["severity"] = f["severity"]
+        if f["node"] is not None and f["node"] not in slot["nodes"]:
+            slot["nodes"].append(f["node"])
+    for slot in by_id.values():
+        slot["nodes"].sort()
+
+    counts = dict((s, sum(1 for n in out_nodes if n["status"] == s)) for s in NODE_STATUSES)
+    clean = sum(1 for n in out_nodes if n["status"] == "audited" and not n["findings"])
+    failing = failing_findings({"nodes": out_nodes, "cluster": {"findings": cluster}}, fail_on)
+    out = {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": generated_at,
+        "collection_version": collection_version,
+        "run": dict(run or {}, fail_on=fail_on),
+        "summary": {
+            "nodes_total": len(out_nodes),
+            "nodes_audited": counts["audited"],
+            "nodes_unreachable": counts["unreachable"],
+            "nodes_failed": counts["failed"],
+            "nodes_clean": clean,
+            "unreachable": sorted(n["name"] for n in out_nodes if n["status"] == "unreachable"),
+            "failed": sorted(n["name"] for n in out_nodes if n["status"] == "failed"),
+            "findings_total": len(all_findings),
+            "by_severity": by_severity,
+            "by_id": dict(sorted(by_id.items(), key=lambda kv: (-severity_rank(kv[1]["severity"]), kv[0]))),
+            "fail_on": fail_on,
+            "failing": len(failing),
+            "hands_on": hands_on(out_nodes),
+        },
+        "nodes": out_nodes,
+        "cluster": {"findings": cluster},
+        "cves": group_cves(all_findings),
+    }
+    if catalog_info is not None:
+        out["catalog"] = catalog_info
+    return out
+
+
+CVE_SEVERITIES = ("critical", "high", "medium", "low", "info")
+CVE_SEVERITY_RANK = dict((sev, len(CVE_SEVERITIES) - i) for i, sev in enumerate(CVE_SEVERITIES))
+SECURITY_PREFIX = "security."
+CVE_ID = re.compile(r"^CVE-\d{4}-\d{4,}\Z")
+CVE_NODE_LIST_MAX = 10  # node names shown per CVE in Markdown and HTML; JSON has them all
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _source_urls(sources):
+    out = []
+    for src in sources if isinstance(sources, list) else []:
+        url = src.get("url") if isinstance(src, dict) else src
+        if isinstance(url, str) and url and url not in out:
+            out.append(url)
+    return out
+
+
+def _list(value):
+    return value if isinstance(value, list) else []
+
+
+def _cve_ids(value):
+    """The CVE ids in a list (``CVE-2025-23266``); anything else in it is ignored."""
+    return [c for c in _list(value) if isinstance(c, str) and CVE_ID.match(c)]
+
+
+def group_cves(findings):
+    """The ``security.<component>`` findings grouped by CVE across the fleet.
+
+    Input: report findings (with ``node``) whose evidence is ``{component, version, cves, max_cvss,
+    advisories: [{id, title, cves, max_cvss, severity, status, fixed, sources, ...}]}``. One entry
+    per CVE: ``id``, ``max_cvss`` (highest score of the advisories naming it), ``severity`` (the
+    highest catalog severity of those advisories, else the CVSS rating), ``components``,
+    ``affected_nodes`` (count) and ``node_names``, ``possibly_affected_nodes`` (the nodes where only
+    unknown conditions keep it), ``fixed`` (component -> first fixed versions of the nodes'
+    branches), ``advisories`` (ids), ``sources`` (URLs) and ``nodes`` (node, component, version,
+    status). Sorted by severity, score, id. Findings without CVEs add nothing.
+    """
+    by_cve = {}
+    for f in findings:
+        if not f["id"].startswith(SECURITY_PREFIX) or not isinstance(f.get("evidence"), dict):
+            continue
+        ev = f["evidence"]
+        component = ev.get("component") if isinstance(ev.get("component"), str) else f["id"][len(SECURITY_PREFIX):]
+        version = ev.get("version") if isinstance(ev.get("version"), str) else None
+        advisories = [a for a in _list(ev.get("advisories")) if isinstance(a, dict)]
+        cves = _cve_ids(ev.get("cves"))
+        for adv in advisories:
+            cves += [c for c in _cve_ids(adv.get("cves")) if c not in cves]
+        for cve in cves:
+            slot = by_cve.setdefault(cve, {"id": cve, "max_cvss": None, "severity": None, "components": [],
+                                           "fixed": {}, "advisories": [], "sources": [], "_nodes": {}})
+            naming = [a for a in advisories if cve in _cve_ids(a.get("cves"))]
+            status = "affected"
+            if naming and all(a.get("status") == "possibly_affected" for a in naming):
+                status = "possibly_affected"
+            for adv in naming or [{"max_cvss": ev.get("max_cvss")}]:
+                score = _number(adv.get("max_cvss"))
+                if score is not None and (slot["max_cvss"] is None or score > slot["max_cvss"]):
+                    slot["max_cvss"] = score
+                sev = adv.get("severity") if adv.get("severity") in CVE_SEVERITY_RANK else None
+                if sev and (slot["severity"] is None or CVE_SEVERITY_RANK[sev] > CVE_SEVERITY_RANK[slot["severity"]]):
+                    slot["severity"] = sev
+                if isinstance(adv.get("id"), str) and adv["id"] not in slot["advisories"]:
+                    slot["advisories"].append(adv["id"])
+                fixed = adv.get("fixed")
+                if isinstance(fixed, str) and fixed:
+                    versions = slot["fixed"].setdefault(component, [])
+                    if fixed not in versions:
+                        versions.append(fixed)
+                for url in _source_urls(adv.get("sources")):
+                    if url not in slot["sources"]:
+                        slot["sources"].append(url)
+            if component not in slot["components"]:
+                slot["components"].append(component)
+            node = f["node"] if f["node"] is not None else ""
+            key = (node, component)
+            prev = slot["_nodes"].get(key)
+            if prev is None or (prev["status"] == "possibly_affected" and status == "affected"):
+                slot["_nodes"][key] = {"node": f["node"], "component": component, "version": version,
+                                       "status": status}
+    out = []
+    for slot in by_cve.values():
+        nodes = sorted(slot.pop("_nodes").values(), key=lambda n: (n["node"] or "", n["component"]))
+        if slot["severity"] is None:
+            slot["severity"] = "info" if slot["max_cvss"] is None else cvss_rating(slot["max_cvss"])
+        named = sorted(set(n["node"] for n in nodes if n["node"] is not None))
+        sure = set(n["node"] for n in nodes if n["node"] is not None and n["status"] == "affected")
+        slot.update(components=sorted(slot["components"]), advisories=sorted(slot["advisories"]),
+                    fixed=dict((c, sorted(v)) for c, v in sorted(slot["fixed"].items())),
+                    affected_nodes=len(named), node_names=named,
+                    possibly_affected_nodes=sorted(set(named) - sure), nodes=nodes)
+        out.append(slot)
+    out.sort(key=lambda c: (-CVE_SEVERITY_RANK[c["severity"]], -(c["max_cvss"] or 0.0), c["id"]))
+    return out
+
+
+def _finding_order(f):
+    return (-severity_rank(f["severity"]), f["id"])
+
+
+def hands_on(nodes):
+    """Nodes with hardware work a person must do: findings whose evidence says ``hands_on``
+    (a GPU to replace, a GPU off the bus, an Xid NVIDIA says to investigate). The remediation
+    leaves these nodes cordoned. ``[{"node", "findings", "work"}]`` sorted by node."""
+    out = []
+    for node in nodes:
+        picked = [f for f in node["findings"] if isinstance(f.get("evidence"), dict)
+                  and f["evidence"].get("hands_on") is True]
+        if picked:
+            out.append({"node": node["name"], "findings": [f["id"] for f in picked],
+                        "work": [str((f.get("remediation") or {}).get("summary") or f["title"])
+                                 for f in picked]})
+    return sorted(out, key=lambda e: e["node"])
+
+
+def failing_findings(report, fail_on):
+    """Findings at or above ``fail_on`` (``never``/``none`` -> none)."""
+    if fail_on in ("never", "none"):
+        return []
+    threshold = severity_rank(fail_on)
+    out = [f for n in report["nodes"] for f in n["findings"] if severity_rank(f["severity"]) >= threshold]
+    out += [f for f in report.get("cluster", {}).get("findings", []) if severity_rank(f["severity"]) >= threshold]
+    return out

@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+# Copyright: kubegpu.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The audit report as a Prometheus textfile (node_exporter textfile collector format).
+
+Label values are escaped by ``_prom_label`` per the exposition format, the one escaping path.
+"""
+from __future__ import annotations
+
+import datetime
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build import (
+    RENDER_MAX_DEPTH,
+    SEVERITIES,
+    advisory_date,
+    json_safe,
+)
+
+
+def _prom_label(value):
+    """A label value per the exposition format: backslash, double quote and line feed escaped.
+
+    Other characters are legal there; the report's strings are valid Unicode (``json_safe``)."""
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _prom_labels(**labels):
+    return "{" + ",".join('%s="%s"' % (k, _prom_label(v)) for k, v in labels.items()) + "}"
+
+
+def _epoch(iso):
+    dt = datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    return int(dt.timestamp())
+
+
+def render_prometheus(report):
+    report = json_safe(report, max_depth=RENDER_MAX_DEPTH)
+    s = report["summary"]
+    out = []
+
+    def metric(name, mtype, help_text, samples):
+        out.append("# HELP %s %s" % (name, help_text))
+        out.append("# TYPE %s %s" % (name, mtype))
+        for labels, value in samples:
+            out.append("%s%s %s" % (name, _prom_labels(**labels) if labels else "", value))
+
+    findings = []
+    for node in report["nodes"]:
+        for f in node["findings"]:
+            findings.append(({"node": node["name"], "id": f["id"], "severity": f["severity"]}, 1))
+    for f in report["cluster"]["findings"]:
+        findings.append(({"node": "", "id": f["id"], "severity": f["severity"]}, 1))
+    # Duplicate label sets are invalid exposition: one sample per (node, id, severity).
+    dedup = {}
+    for labels, value in findings:
+        dedup[tuple(sorted(labels.items()))] = (labels, value)
+    metric("kubegpu_finding", "gauge",
+           "Finding present on a node at the last kubegpu.fleet audit (1 = present).",
+           [dedup[k] for k in sorted(dedup)])
+    metric("kubegpu_audit_findings", "gauge", "Findings at the last audit by severity.",
+           [({"severity": sev}, s["by_severity"][sev]) for sev in SEVERITIES])
+    metric("kubegpu_audit_nodes", "gauge", "Nodes at the last audit by outcome.",
+           [({"status": "audited"}, s["nodes_audited"]), ({"status": "unreachable"}, s["nodes_unreachable"]),
+            ({"status": "failed"}, s["nodes_failed"]), ({"status": "clean"}, s["nodes_clean"])])
+    metric("kubegpu_audit_node_up", "gauge", "1 when the node was audited, 0 when unreachable or failed.",
+           [({"node": n["name"]}, 1 if n["status"] == "audited" else 0) for n in report["nodes"]])
+    needs_hands = set(e["node"] for e in s.get("hands_on") or [])
+    metric("kubegpu_audit_node_hands_on", "gauge",
+           "1 when the node has GPU hardware work for a person (RMA, GPU off the bus, Xid to investigate).",
+           [({"node": n["name"]}, 1 if n["name"] in needs_hands else 0) for n in report["nodes"]])
+    metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
+           [({}, _epoch(report["generated_at"]))])
+    cat = report.get("catalog")
+    if isinstance(cat, dict):
+        newest = cat.get("newest_advisory")
+        if isinstance(newest, dict) and advisory_date(newest.get("date")) is not None:
+            metric("kubegpu_audit_catalog_newest_bulletin_timestamp_seconds", "gauge",
+                   "Unix time of the revision date of the newest bulletin in the known-bad catalog the audit used.",
+                   [({}, _epoch(newest["date"] + "T00:00:00Z"))])
+        metric("kubegpu_audit_catalog_stale", "gauge",
+               "1 when the known-bad catalog is older than its configured age, names no dated bulletin or could not "
+               "be read.", [({}, 1 if cat.get("stale") else 0)])
+    cves = report.get("cves") or []
+    if cves:
+        per_component = []
+        for c in cves:
+            for comp in c["components"]:
+                count = len(set(n["node"] for n in c["nodes"] if n["component"] == comp and n["node"] is not None))
+                per_component.append(({"cve": c["id"], "component": comp, "severity": c["severity"]}, count))
+        metric("kubegpu_cve_affected_nodes", "gauge",
+               "Nodes whose NVIDIA component is affected (or possibly affected) by the CVE at the last audit.",
+               per_component)
+        metric("kubegpu_cve_max_cvss", "gauge", "Highest CVSS base score of the advisories naming the CVE.",
+               [({"cve": c["id"], "severity": c["severity"]}, c["max_cvss"]) for c in cves if c["max_cvss"] is not None])
+    return "\n".join(out) + "\n"
