@@ -170,7 +170,8 @@ class Node(object):
         """Installed kernels in /boot as the profile's distribution lays them out, around the
         running (the host's) kernel release; see bootfs.py."""
         for path, kind, data in bootfs.boot_entries(boot["layout"], os.uname().release, boot["pending_kernel"],
-                                                    machine_id):
+                                                    machine_id, boot.get("other_flavour", False),
+                                                    boot.get("default", "newest")):
             if kind == "dir":
                 os.makedirs(self.p(path), exist_ok=True)
             elif kind == "link":

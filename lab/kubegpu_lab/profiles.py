@@ -38,7 +38,7 @@ BUILTIN_DEFAULTS = {
     "labels": {},
     "pods": [],
     "late_pods": [],
-    "boot": {"layout": "debian", "pending_kernel": False},
+    "boot": {"layout": "debian", "pending_kernel": False, "other_flavour": False, "default": "newest"},
     # seconds of firmware POST before each boot after a reboot (real GPU servers take minutes,
     # and differently per model: the rollout bench gives its nodes different ones)
     "post_seconds": 0,
