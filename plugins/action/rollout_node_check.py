@@ -3,32 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of kubegpu.fleet.rollout_node_check: after a maintenance, run
 kubegpu.fleet.gpu_facts, kubegpu.fleet.driver_guard (audit) and kubegpu.fleet.checkpoint_sync
-(checked) on the node until they all pass or the deadline passes, in one task."""
+(checked) on the node until they all pass or the deadline passes, in one task
+(plugins/plugin_utils/rollout/node_check.py)."""
 from __future__ import annotations
-
-import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.driver_catalog_ctl import args_with_catalog, redact_catalog
-
-
-def node_checks_ok(facts, guard, checkpoint, driver_version):
-    """(ok, why) of one round of checks (the module results as returned)."""
-    nvidia = ((facts or {}).get("ansible_facts") or {}).get("nvidia") or {}
-    probe = (nvidia.get("probe") or {}).get("status")
-    if (facts or {}).get("failed") or probe != "ok":
-        return False, "NVML probe %s: %s" % (probe or "failed", (nvidia.get("probe") or {}).get("error")
-                                             or (facts or {}).get("msg"))
-    if driver_version and nvidia.get("driver_version") != driver_version:
-        return False, "driver %s is not %s" % (nvidia.get("driver_version"), driver_version)
-    if (guard or {}).get("failed") or (guard or {}).get("reboot_pending") is not False:
-        return False, "installed driver and loaded kernel module differ (reboot_pending %s)" % (
-            (guard or {}).get("reboot_pending"))
-    if (checkpoint or {}).get("failed") or (checkpoint or {}).get("stale") is not False:
-        return False, "kubelet checkpoint stale or unchecked: %s" % ", ".join((checkpoint or {}).get("stale_ids") or [])
-    return True, "NVML ok, driver %s, kernel module loaded, checkpoint current" % nvidia.get("driver_version")
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import node_check
 
 
 class ActionModule(ActionBase):
@@ -36,64 +18,5 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _requires_connection = True
 
-    ARGSPEC = {
-        "driver_version": {"type": "str", "default": ""},
-        "timeout": {"type": "float", "default": 600},
-        "poll": {"type": "float", "default": 5},
-        "probe_timeout": {"type": "float", "default": 10},
-        "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia_smi"]},
-        "proc_path": {"type": "str", "default": "/proc"},
-        "dev_path": {"type": "str", "default": "/dev"},
-        "driver_root": {"type": "str", "default": "/"},
-        "checkpoint_path": {"type": "str",
-                            "default": "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"},
-    }
-
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
-        try:  # nan, inf and 1e300 would make the wait endless
-            args["timeout"] = check_timeout(args["timeout"], "timeout")
-            args["poll"] = check_timeout(args["poll"], "poll", minimum=0.001, maximum=3600)
-        except UnsafeInput as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
-        started = time.monotonic()
-        deadline = started + args["timeout"]
-        common = {"proc_path": args["proc_path"], "dev_path": args["dev_path"], "driver_root": args["driver_root"],
-                  "backend": args["backend"], "timeout": args["probe_timeout"]}
-        guard_args, catalog, error = args_with_catalog(dict(common, state="audit"), "rollout_node_check")
-        if error is not None:
-            result.update(failed=True, msg=error)
-            return result
-        attempts = 0
-        while True:
-            attempts += 1
-            # The check reads the device list; the kernel-log Xid scan is the audit's (issue 16).
-            facts = self._execute_module(module_name="kubegpu.fleet.gpu_facts",
-                                         module_args=dict(common, xid=False), task_vars=task_vars)
-            guard = self._execute_module(module_name="kubegpu.fleet.driver_guard", module_args=guard_args,
-                                         task_vars=task_vars)
-            redact_catalog(guard, catalog)
-            nvidia = (facts.get("ansible_facts") or {}).get("nvidia") or {}
-            checkpoint = {}
-            if (nvidia.get("probe") or {}).get("status") == "ok":
-                checkpoint = self._execute_module(
-                    module_name="kubegpu.fleet.checkpoint_sync", task_vars=task_vars,
-                    module_args={"state": "checked", "path": args["checkpoint_path"],
-                                 "device_ids": nvidia.get("device_ids") or []})
-            ok, why = node_checks_ok(facts, guard, checkpoint, args["driver_version"])
-            if ok or time.monotonic() + args["poll"] > deadline:
-                break
-            time.sleep(args["poll"])
-        now = time.monotonic()
-        result.update(
-            changed=False, ok=ok, msg=why, attempts=attempts, waited=round(now - started, 3),
-            time_left=max(0, int(deadline - now)), nvidia=nvidia,
-            probe_ok=(nvidia.get("probe") or {}).get("status") == "ok",
-            reboot_pending=guard.get("reboot_pending") if not guard.get("failed") else None,
-            guard_msg=guard.get("msg") if guard.get("failed") else None,
-            checkpoint_stale=checkpoint.get("stale") if checkpoint and not checkpoint.get("failed") else None,
-            checkpoint_stale_ids=checkpoint.get("stale_ids") or [],
-            ansible_facts={"nvidia": nvidia} if nvidia else {})
-        return result
+        return runner.run(self, super().run(tmp, task_vars), task_vars, node_check.ACTION)

@@ -17,7 +17,7 @@ description:
     is the installed driver and the kubelet device checkpoint names only GPUs the node has, or
     until O(timeout). One task where three retried tasks were.
   - Never fails for a node that does not pass; RV(ok) and RV(msg) say why, and
-    M(kubegpu.fleet.rollout_decide) (C(decision=validation)) turns them into the verdict.
+    M(kubegpu.fleet.rollout_validation_verdict) turns them into the verdict.
   - Sets the fact C(nvidia) (M(kubegpu.fleet.gpu_facts)'s) from the last round.
 options:
   driver_version:

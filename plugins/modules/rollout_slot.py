@@ -38,8 +38,8 @@ description:
     it unchanged for O(lease_duration). An API that refuses the Lease writes for lack of
     permission (401/403) stops the node with the RBAC it needs; conflicts are read again; 5xx
     answers and timeouts are waited out.
-  - The decisions are C(plugins/plugin_utils/rollout_lease.py) and C(rollout_gates.py), the
-    requests and the renewer C(plugins/plugin_utils/rollout_slot.py).
+  - The decisions are C(plugins/plugin_utils/rollout/lease.py) and C(gates.py), the
+    requests and the renewer C(plugins/plugin_utils/rollout/slot.py).
 requirements:
   - kubernetes >= 25.3.0 (Python, on the controller)
   - Python 3.9+ on the controller for O(windows) (zoneinfo and the controller's tz database)

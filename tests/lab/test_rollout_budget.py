@@ -28,7 +28,7 @@ import pytest
 from apidouble_fixture import api_double_factory  # noqa: F401 pylint: disable=unused-import
 from test_api_double import node, play_env
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_gates, rollout_lease, rollout_slot
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gates as rollout_gates, lease as rollout_lease, slot as rollout_slot
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 
 POOL = "kubegpu-rollout"

@@ -26,13 +26,19 @@ numbers as numbers (``6.1.0-27`` is newer than ``6.1.0-9``, ``5.15.0-105-generic
 """
 from __future__ import annotations
 
+import base64
+import posixpath
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import is_ascii_digits
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import check_timeout, is_ascii_digits
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.module_args import args_with_catalog, redact_catalog
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout.record import MAINTENANCE_ANNOTATION
 
 MODES = ("needed", "always", "never")
 DEFAULT_SENTINELS = ("/run/reboot-required", "/var/run/reboot-required")
-MAINTENANCE_ANNOTATION = "kubegpu.io/maintenance"
 
 _SEGMENT_RE = re.compile(r"[0-9]+|[A-Za-z]+")  # ASCII: \d would take digits int() reads oddly
 _RHEL_FLAVOUR_RE = re.compile(r"\.(x86_64|aarch64|ppc64le|s390x|i686|noarch)(\+[A-Za-z0-9_]+)?$")
@@ -252,3 +258,130 @@ def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entr
     return {"reboot": reboot, "resume": resume, "reasons": reasons, "boot_id": boot_id or "", "pending_reasons": pending, "mode": mode,
             "planned": bool(planned), "kernel": kernel, "driver": driver, "sentinels": found,
             "maintenance": resume_value, "msg": msg}
+
+
+# ------------------------------------------------------------------ kubegpu.fleet.reboot_need
+# What decides the reboot is read on the node by ansible.builtin.find, stat and slurp and by
+# kubegpu.fleet.driver_guard; the decision above is made on the controller.
+
+FACT = "kubegpu_rolling_reboot_need"
+NEED_SPEC = {
+    "mode": {"type": "str", "default": "needed", "choices": list(MODES)},
+    "sentinels": {"type": "list", "elements": "str", "default": list(DEFAULT_SENTINELS)},
+    "check_kernel": {"type": "bool", "default": True},
+    "check_driver": {"type": "bool", "default": True},
+    "boot_path": {"type": "str", "default": "/boot"},
+    "proc_path": {"type": "str", "default": "/proc"},
+    "nvidia_proc_path": {"type": "str"},
+    "dev_path": {"type": "str", "default": "/dev"},
+    "driver_root": {"type": "str", "default": "/"},
+    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia_smi"]},
+    "timeout": {"type": "float", "default": 10},
+    "node": {"type": "dict", "default": {}},
+    "annotation": {"type": "str", "default": MAINTENANCE_ANNOTATION},
+    "required": {"type": "bool", "default": False},
+    "required_reasons": {"type": "list", "elements": "str", "default": []},
+    "planned": {"type": "bool", "default": False},
+}
+OSRELEASE_MAX_BYTES = 4096
+
+
+def find_args(boot_path, sentinels):
+    """One ``ansible.builtin.find`` over /boot and the sentinels' directories."""
+    dirs, patterns = [boot_path], ["vmlinuz-*"]
+    for path in sentinels:
+        parent, base = posixpath.split(path)
+        if parent not in dirs:
+            dirs.append(parent)
+        if base not in patterns:
+            patterns.append(base)
+    return {"paths": dirs, "patterns": patterns, "file_type": "any", "hidden": False, "recurse": False,
+            "follow": False, "get_checksum": False}
+
+
+def split_find(files, boot_path, sentinels):
+    """``ansible.builtin.find``'s files -> (the /boot kernel entries, the sentinels that exist).
+
+    A sentinel reached through two paths (``/var/run`` is a symlink to ``/run``) counts once."""
+    boot = posixpath.normpath(boot_path)
+    wanted = [posixpath.normpath(s) for s in sentinels]
+    kernels, found, inodes = [], [], set()
+    for item in files or []:
+        path = posixpath.normpath(str(item.get("path") or ""))
+        if posixpath.dirname(path) == boot and posixpath.basename(path).startswith("vmlinuz-") \
+                and item.get("isreg"):  # a FIFO, directory or (dangling, looping) link is no kernel image
+            kernels.append({"path": path, "islnk": bool(item.get("islnk"))})
+    by_path = dict((posixpath.normpath(str(i.get("path") or "")), i) for i in files or [])
+    for path in wanted:
+        item = by_path.get(path)
+        if item is None:
+            continue
+        ident = (item.get("dev"), item.get("inode"))
+        if ident != (None, None) and ident in inodes:
+            continue
+        inodes.add(ident)
+        found.append(path)
+    return kernels, found
+
+
+def running_release(task, proc_path):
+    """The running kernel's release from ``<proc_path>/sys/kernel/osrelease`` on the node, None when
+    it cannot be read; raises ActionFailed when the path holds something else than that small file."""
+    osrelease = posixpath.join(proc_path, "sys/kernel/osrelease")
+    # slurp opens whatever is there: a FIFO would block it, a huge file be read whole.
+    st = task.module("ansible.builtin.stat", {"path": osrelease, "get_checksum": False, "get_mime": False,
+                                              "get_attributes": False})
+    st = st.get("stat") or {}
+    if st.get("exists") and (not st.get("isreg") or st.get("size", 0) > OSRELEASE_MAX_BYTES):
+        raise runner.ActionFailed("%s is not the kernel's release file (%s)" % (
+            osrelease, "%d bytes" % st.get("size", 0) if st.get("isreg") else "not a regular file"))
+    if not st.get("exists"):
+        return None
+    slurp = task.module("ansible.builtin.slurp", {"src": osrelease})
+    if slurp.get("failed"):
+        return None
+    return to_native(base64.b64decode(slurp.get("content") or "")).strip() or None
+
+
+def driver_guard(task, args):
+    """kubegpu.fleet.driver_guard's audit on the node, with the bundled catalog (redacted from its result)."""
+    module_args = {"state": "audit", "proc_path": args["nvidia_proc_path"] or args["proc_path"],
+                   "dev_path": args["dev_path"], "driver_root": args["driver_root"], "backend": args["backend"],
+                   "timeout": args["timeout"]}
+    module_args, catalog, error = args_with_catalog(module_args, "reboot_need")
+    if error is not None:
+        return {"failed": True, "msg": error}
+    out = task.module("kubegpu.fleet.driver_guard", module_args)
+    redact_catalog(out, catalog)
+    return out
+
+
+def need_work(task, args):
+    """kubegpu.fleet.reboot_need: gather on the node, decide, set the fact."""
+    bad = [p for p in args["sentinels"] + [args["boot_path"], args["proc_path"]] if not str(p).startswith("/")]
+    if bad:
+        raise runner.ActionFailed("sentinels, boot_path and proc_path must be absolute paths: %s" % ", ".join(bad))
+    sentinels = [posixpath.normpath(p) for p in args["sentinels"]]
+    args["timeout"] = check_timeout(args["timeout"], "timeout")
+    found = task.module("ansible.builtin.find", find_args(args["boot_path"], sentinels))
+    if found.get("failed"):
+        raise runner.ActionFailed("cannot list %s and the reboot sentinels on the node: %s"
+                                  % (args["boot_path"], found.get("msg")))
+    kernels, present = split_find(found.get("files"), args["boot_path"], sentinels)
+    running = running_release(task, args["proc_path"]) if args["check_kernel"] else None
+    guard = driver_guard(task, args) if args["check_driver"] else {}
+    try:
+        need = decide(mode=args["mode"], sentinels=present, guard=guard, running=running, boot_entries=kernels,
+                      node=args["node"], annotation=args["annotation"], required=args["required"],
+                      required_reasons=args["required_reasons"], check_kernel=args["check_kernel"],
+                      check_driver=args["check_driver"], planned=args["planned"])
+    except RebootNeedError as exc:
+        raise runner.ActionFailed(str(exc))
+    msg = need["msg"]
+    if task.check_mode and need["reboot"]:
+        name = (args["node"].get("metadata") or {}).get("name") or task.hostname or "the node"
+        msg = "check mode: would reboot %s (%s)" % (name, "; ".join(need["reasons"]))
+    return {"changed": False, "need": need, "msg": msg, "ansible_facts": {FACT: need}}
+
+
+ACTION = runner.Action(NEED_SPEC, need_work)

@@ -19,11 +19,14 @@ connection resolution, the official client's REST layer) inside the action plugi
 """
 from __future__ import annotations
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.service import CONFLICT_RETRIES, json_pointer
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.waiter import wait_until
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gpu_nodes, validation
 
 __all__ = ["CONFLICT_RETRIES", "NodeApi", "NodeApiError", "json_pointer", "node_patch_ops", "patch_node",
            "ready_check", "validated_check", "wait_until"]
@@ -67,7 +70,7 @@ def ready_check(node, old_boot_id=""):
     if not node:
         return {"ok": False, "msg": "the Node does not exist", "boot_id": None}
     boot_id = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
-    reason = rollout.unavailable_reason(node) or ""
+    reason = gpu_nodes.unavailable_reason(node) or ""
     problems = []
     if reason not in ("", "cordoned"):
         problems.append(reason.replace("cordoned, ", ""))
@@ -82,9 +85,9 @@ def validated_check(node, pods, daemonsets, allocatable_before, nvidia=None, ima
     ``nvidia`` (gpu_facts of the node, probe ok) gives the resources the plugin should advertise
     with the MIG strategy of the plugin pod found; without it only "same as before" passes.
     """
-    plugin = rollout.plugin_pod(pods, daemonsets, image_pattern)
-    expected = rollout.expected_resources(nvidia, plugin["mig_strategy"]) if nvidia else None
-    resources = rollout.resources_check(allocatable_before or {}, rollout.gpu_resources(node or {}), expected)
+    plugin = validation.plugin_pod(pods, daemonsets, image_pattern)
+    expected = validation.expected_resources(nvidia, plugin["mig_strategy"]) if nvidia else None
+    resources = validation.resources_check(allocatable_before or {}, gpu_nodes.gpu_resources(node or {}), expected)
     problems = []
     if not plugin["ready"]:
         problems.append("device plugin pod %s not Ready (phase %s)" % (plugin["pod"] or "(none)", plugin["phase"]))
@@ -135,3 +138,131 @@ def patch_node(api, name, unschedulable=None, annotations=None, check_mode=False
     before, after = out["extra"]
     return {"changed": out["changed"], "node": out["object"], "before": before, "after": after, "ops": out["ops"],
             "attempts": out["attempts"]}
+
+
+# -------------------------------------------------------------- kubegpu.fleet.node_maintenance
+
+MAINTENANCE_SPEC = dict({
+    "name": {"type": "str", "required": True},
+    "state": {"type": "str", "default": "info", "choices": ["info", "patched", "ready", "budget", "validated"]},
+    "unschedulable": {"type": "bool"},
+    "annotations": {"type": "dict", "default": {}},
+    "boot_id": {"type": "str", "default": ""},
+    "batch": {"type": "list", "elements": "str", "default": []},
+    "max_unavailable": {"type": "str", "default": "25%"},
+    "allocatable": {"type": "dict", "default": {}},
+    "nvidia": {"type": "dict"},
+    "image_pattern": {"type": "str", "default": "k8s-device-plugin"},
+    "timeout": {"type": "float", "default": 0},
+    "poll": {"type": "float", "default": 1},
+}, **k8s_client.AUTH_ARG_SPEC)
+
+
+def checked_options(args):
+    """The options a maintenance step can work with (raises UnsafeInput naming the first that is not)."""
+    bad = sorted(k for k, v in args["annotations"].items() if v is not None and not isinstance(v, str))
+    if bad:
+        raise UnsafeInput("annotations must map to strings or null (to remove); not strings: %s" % ", ".join(bad))
+    if args["state"] != "patched" and (args["unschedulable"] is not None or args["annotations"]):
+        raise UnsafeInput("unschedulable and annotations need state=patched (state=%s)" % args["state"])
+    # nan, inf and 1e300 would make every wait endless
+    args["timeout"] = check_timeout(args["timeout"], "timeout")
+    args["poll"] = check_timeout(args["poll"], "poll", minimum=0.001, maximum=3600)
+    return args
+
+
+def node_diff(name, out):
+    """The task's diff of a Node patch (patch_node's before and after)."""
+    return {"before": out["before"], "after": out["after"], "before_header": "Node %s" % name,
+            "after_header": "Node %s" % name}
+
+
+def _waited(args, fetch, check, what):
+    """Poll until check(fetch())['ok'] or the timeout; returns (last check, wait fields)."""
+    state = {}
+
+    def done(value):
+        state["check"] = check(value)
+        return state["check"]["ok"]
+
+    out = wait_until(fetch, done, args["timeout"], args["poll"])
+    last = state.get("check") or {"ok": False, "msg": "no answer"}
+    info = {"ok": out["ok"], "waited": out["waited"], "polls": out["polls"]}
+    if not out["ok"]:
+        info.update(failed=True, msg="%s: not within %s s (%d polls): %s" % (
+            what, args["timeout"], out["polls"], out["last_error"] or last.get("msg")))
+    return last, info
+
+
+def _info(task, api, args):
+    node = api.node(args["name"])
+    return {"node": node or {}, "exists": node is not None}
+
+
+def _patched(task, api, args):
+    out = patch_node(api, args["name"], args["unschedulable"], args["annotations"], check_mode=task.check_mode)
+    res = {"changed": out["changed"], "node": out["node"], "exists": True, "attempts": out["attempts"]}
+    if task.diff:
+        res["diff"] = node_diff(args["name"], out)
+    return res
+
+
+def _ready(task, api, args):
+    seen = {}
+
+    def fetch():
+        seen["node"] = api.node(args["name"])
+        return seen["node"]
+
+    what = "Node %s Ready%s" % (args["name"], " with a bootID other than %s" % args["boot_id"] if args["boot_id"] else "")
+    last, info = _waited(args, fetch, lambda node: ready_check(node, args["boot_id"]), what)
+    return dict(info, node=seen.get("node") or {}, boot_id=last.get("boot_id"), ready=last)
+
+
+def _budget(task, api, args):
+    batch = args["batch"] or [args["name"]]
+    last, info = _waited(args, api.nodes, lambda nodes: gpu_nodes.budget_check(nodes, batch, args["max_unavailable"]),
+                         "disruption budget for %s" % ", ".join(batch))
+    return dict(info, budget=last)
+
+
+def _validated(task, api, args):
+    seen = {}
+
+    def fetch():
+        seen["node"] = api.node(args["name"])
+        seen["pods"] = api.pods_on(args["name"])
+        if "daemonsets" not in seen:
+            seen["daemonsets"] = api.daemonsets()
+        return seen
+
+    def check(value):
+        return validated_check(value["node"], value["pods"], value["daemonsets"], args["allocatable"],
+                               args["nvidia"], args["image_pattern"])
+
+    last, info = _waited(args, fetch, check, "GPU work on %s" % args["name"])
+    return dict(info, node=seen.get("node") or {}, plugin=last.get("plugin"), resources=last.get("resources"))
+
+
+STATES = {"info": _info, "patched": _patched, "ready": _ready, "budget": _budget, "validated": _validated}
+
+
+def maintenance_work(task, args):
+    """kubegpu.fleet.node_maintenance: one ``state`` against the Node; secrets masked in the result."""
+    result = {}
+    with k8s_action.masked(result, args) as secrets:
+        api = None
+        try:
+            checked_options(args)
+            api = NodeApi.connect(args, environ=task.environ())
+            result.update(STATES[args["state"]](task, api, args))
+        except (UnsafeInput, NodeApiError, gpu_nodes.RolloutError) as exc:
+            result.update(failed=True, msg=str(exc))
+        finally:
+            if api is not None:   # tokens the client read from the environment or a kubeconfig
+                secrets.extend(api.client.secrets)
+                api.client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
+    return result
+
+
+ACTION = runner.Action(MAINTENANCE_SPEC, maintenance_work)

@@ -1,7 +1,7 @@
 """node_api: the JSON patch node_maintenance sends, its waits and their conditions (pure functions)."""
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import node_api
 
 ANN = "kubegpu.io/maintenance"
 FAILED = "kubegpu.io/maintenance-failed"

@@ -5,8 +5,8 @@ import copy
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_lease as rl
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_slot
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import lease as rl
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import slot as rollout_slot
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.client import K8sError
 
 POOL = "kubegpu-rollout"

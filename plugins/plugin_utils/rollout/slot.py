@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Take, renew and give back a rollout slot (a ``coordination.k8s.io/v1`` Lease) from the controller.
 
-The decisions are plugin_utils/rollout_lease.py's (which slot, expiry, the budget) and
-plugin_utils/rollout_gates.py's (windows, alerts); this module makes the requests through the
+The decisions are plugin_utils/rollout/lease.py's (which slot, expiry, the budget) and
+plugin_utils/rollout/gates.py's (windows, alerts); this module makes the requests through the
 collection's one Kubernetes layer (plugin_utils/k8s) and keeps the hold alive:
 
 * ``acquire`` waits (polling, up to a deadline) until the gates are open and a slot is free, then
@@ -32,9 +32,13 @@ import socket
 import tempfile
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_gates, rollout_lease
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import UnsafeInput, check_timeout
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gates as rollout_gates, gpu_nodes, node_api
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import lease as rollout_lease
 
 LEASES = ("coordination.k8s.io/v1", "leases")
 K8sError = k8s_client.K8sError
@@ -457,3 +461,168 @@ def _daemon(report_fd, params, environ, path, **kw):  # pragma: no cover - runs 
             os.unlink(path)
         except OSError:
             pass
+
+
+# ------------------------------------------------------------------ kubegpu.fleet.rollout_slot
+
+SLOT_SPEC = dict({
+    "name": {"type": "str", "required": True},
+    "state": {"type": "str", "default": "acquire", "choices": ["acquire", "hold", "release"]},
+    "pool": {"type": "str", "default": rollout_lease.DEFAULT_POOL},
+    "namespace": {"type": "str", "default": "kube-system"},
+    "max_unavailable": {"type": "str", "default": "25%"},
+    "max_parallel": {"type": "int", "default": 0},
+    "lease_duration": {"type": "int", "default": 120},
+    "clock_skew": {"type": "float", "default": 30},
+    "timeout": {"type": "float", "default": 600},
+    "poll": {"type": "float", "default": 5},
+    "max_hold": {"type": "float", "default": 86400},
+    "renew": {"type": "bool", "default": True},
+    "windows": {"type": "list", "elements": "dict", "default": []},
+    "prometheus_url": {"type": "str"},
+    "alert_filter": {"type": "str"},
+    "alert_filter_match_only": {"type": "bool", "default": False},
+    "alert_firing_only": {"type": "bool", "default": False},
+    "prometheus_timeout": {"type": "float", "default": 10},
+    "prometheus_validate_certs": {"type": "bool", "default": True},
+    "prometheus_ca_cert": {"type": "path"},
+    "failed_annotation": {"type": "str", "default": "kubegpu.io/maintenance-failed"},
+    "unschedulable": {"type": "bool"},
+    "annotations": {"type": "dict", "default": {}},
+}, **k8s_client.AUTH_ARG_SPEC)
+
+
+def stopped_hosts(task_vars):
+    """Hosts of this play that failed or became unreachable (Ansible removes them from
+    ``ansible_play_hosts``), leaving out those the skip label ended on purpose."""
+    task_vars = task_vars or {}
+    everyone = list(task_vars.get("ansible_play_hosts_all") or [])
+    remaining = set(task_vars.get("ansible_play_hosts") or [])
+    hostvars = task_vars.get("hostvars") or {}
+    out = []
+    for host in everyone:
+        if host in remaining:
+            continue
+        try:
+            start = hostvars[host].get("kubegpu_rolling_reboot_start") or {}
+        except (KeyError, AttributeError, TypeError):
+            start = {}
+        if isinstance(start, dict) and start.get("skip"):
+            continue
+        out.append(host)
+    return out
+
+
+def checked_options(args):
+    """The options a slot request can work with (raises UnsafeInput, LeaseError, GateError or
+    RolloutError naming the first that is not)."""
+    bad = sorted(k for k, v in args["annotations"].items() if v is not None and not isinstance(v, str))
+    if bad:
+        raise UnsafeInput("annotations must map to strings or null (to remove); not strings: %s" % ", ".join(bad))
+    if args["state"] == "hold" and (args["unschedulable"] is not None or args["annotations"]):
+        raise UnsafeInput("unschedulable and annotations go with state=acquire (the cordon) or release (the uncordon)")
+    for key, low, high in (("timeout", 0, None), ("poll", 0.05, 3600), ("clock_skew", 0, 3600),
+                           ("max_hold", 1, None), ("prometheus_timeout", 0.1, 300)):
+        kwargs = {"minimum": low}
+        if high is not None:
+            kwargs["maximum"] = high
+        args[key] = check_timeout(args[key], key, **kwargs)
+    if args["max_parallel"] < 0:
+        raise UnsafeInput("max_parallel must not be negative (0: only the budget limits), got %s" % args["max_parallel"])
+    if not 1 <= args["lease_duration"] <= rollout_lease.MAX_DURATION:
+        raise UnsafeInput("lease_duration must be 1..%d seconds, got %s" % (rollout_lease.MAX_DURATION,
+                                                                            args["lease_duration"]))
+    args["pool"] = rollout_lease.check_pool(args["pool"])
+    rollout_gates.normalize_windows(args["windows"])
+    rollout_gates.compile_filter(args["alert_filter"])
+    gpu_nodes.scaled_max_unavailable(args["max_unavailable"], 1)
+    return args
+
+
+def _patch(task, result, args, client):
+    """The Node patch that goes with the slot (the cordon and the maintenance record, or the
+    uncordon and clearing it): node_api.patch_node, guarded by the resourceVersion it read."""
+    if args["unschedulable"] is None and not args["annotations"]:
+        return False
+    out = node_api.patch_node(node_api.NodeApi(client), args["name"], args["unschedulable"], args["annotations"],
+                              check_mode=task.check_mode)
+    result.update(node=out["node"], attempts=out["attempts"], patched=out["changed"])
+    if task.diff:
+        result["diff"] = node_api.node_diff(args["name"], out)
+    return out["changed"]
+
+
+def _acquire(task, result, args, api, run, holder, watch, environ):
+    prometheus = None
+    if args["prometheus_url"]:
+        prometheus = {"url": args["prometheus_url"], "filter": args["alert_filter"],
+                      "match_only": args["alert_filter_match_only"], "firing_only": args["alert_firing_only"],
+                      "timeout": args["prometheus_timeout"], "validate_certs": args["prometheus_validate_certs"],
+                      "ca_cert": args["prometheus_ca_cert"]}
+    out = acquire(
+        api, pool=args["pool"], node=args["name"], holder=holder, run=run, max_unavailable=args["max_unavailable"],
+        duration=args["lease_duration"], max_parallel=args["max_parallel"], skew=args["clock_skew"],
+        timeout=args["timeout"], poll=args["poll"], windows=args["windows"], prometheus=prometheus,
+        stop_hosts=stopped_hosts(task.task_vars), failed_annotation=args["failed_annotation"],
+        check_mode=task.check_mode, started=args["state"] == "hold")
+    out.pop("lease", None)
+    out.pop("own", None)
+    result.update(out)
+    if not out["acquired"]:
+        result["failed"] = True
+        return
+    result["changed"] = out["decision"] in ("create", "takeover") and not task.check_mode
+    try:   # the cordon, only with the slot held; a failed cordon gives the slot back
+        if _patch(task, result, args, api.client):
+            result["changed"] = True
+    except K8sError:
+        if out["decision"] in ("create", "takeover") and not task.check_mode:
+            release(api, pool=args["pool"], node=args["name"], holder=holder)
+        raise
+    result["cordoned"] = args["unschedulable"] is True
+    if args["renew"] and not task.check_mode:
+        auth = dict((k, args[k]) for k in k8s_client.AUTH_ARG_SPEC if args.get(k) is not None)
+        result["renewer"] = spawn_renewer(
+            auth, environ, namespace=args["namespace"], pool=args["pool"], node=args["name"], holder=holder,
+            name=out["slot"], duration=args["lease_duration"], watch=watch, max_hold=args["max_hold"])
+
+
+def _slot(task, result, args, secrets):
+    try:
+        checked_options(args)
+    except (UnsafeInput, rollout_lease.LeaseError, rollout_gates.GateError, gpu_nodes.RolloutError) as exc:
+        result.update(failed=True, msg=str(exc))
+        return
+    run, holder, watch = run_identity()
+    result.update(run=run, holder=holder, changed=False)
+    environ = task.environ()
+    client = None
+    try:
+        client = k8s_client.connect(args, environ=environ)
+        api = SlotApi(client, args["namespace"])
+        if args["state"] == "release":
+            # the uncordon first: a failed patch keeps the slot (the node is still in maintenance)
+            patched = _patch(task, result, args, client)
+            out = release(api, pool=args["pool"], node=args["name"], holder=holder, check_mode=task.check_mode)
+            result.update(out, changed=out["released"] or patched)
+            return
+        _acquire(task, result, args, api, run, holder, watch, environ)
+    except Stop as exc:
+        result.update(failed=True, stopped=True, acquired=False, msg=str(exc))
+    except K8sError as exc:
+        result.update(failed=True, msg=str(exc))
+    finally:
+        if client is not None:
+            secrets.extend(client.secrets)
+            client.close()
+
+
+def slot_work(task, args):
+    """kubegpu.fleet.rollout_slot: acquire, hold or release this node's slot; secrets masked in the result."""
+    result = {}
+    with k8s_action.masked(result, args) as secrets:
+        _slot(task, result, args, secrets)
+    return result
+
+
+ACTION = runner.Action(SLOT_SPEC, slot_work)

@@ -4,7 +4,7 @@
 """The rollout's disruption budget held in the cluster: slots as ``coordination.k8s.io/v1`` Leases.
 
 Pure decisions on the Lease and Node objects the API returns (plain dicts); the requests are
-plugin_utils/rollout_slot.py's. kured's lock is the model (one lock every runner obeys, with a
+plugin_utils/rollout/slot.py's. kured's lock is the model (one lock every runner obeys, with a
 TTL so a dead holder never wedges the fleet); the slots are Leases so that each holder renews its
 own object with the fields Kubernetes defines for that (``holderIdentity``,
 ``leaseDurationSeconds``, ``acquireTime``, ``renewTime``, ``leaseTransitions``).
@@ -33,7 +33,7 @@ import calendar
 import re
 import time
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gpu_nodes, record as maintenance_record
 
 POOL_LABEL = "kubegpu.io/rollout-pool"
 NODE_ANNOTATION = "kubegpu.io/rollout-node"
@@ -100,11 +100,6 @@ def parse_time(text):
     return ts
 
 
-def _meta(obj):
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def slot_view(lease, pool, now, skew=30.0, unchanged_for=None):
     """What a pool's Lease says: ``{name, index, state, holder, node, renewed, duration, age,
     resource_version, transitions, problem, note}``.
@@ -112,7 +107,7 @@ def slot_view(lease, pool, now, skew=30.0, unchanged_for=None):
     ``state``: ``free`` (released in place: no holder), ``held``, ``expired``, ``malformed`` or
     ``foreign`` (the last two count as held and are never taken over). ``unchanged_for``: seconds
     this runner has seen the Lease at the same resourceVersion (its own clock), or None."""
-    meta = _meta(lease)
+    meta = gpu_nodes.object_meta(lease)
     name = meta.get("name")
     spec = lease.get("spec") if isinstance(lease, dict) and isinstance(lease.get("spec"), dict) else {}
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
@@ -175,19 +170,19 @@ def budget_view(leases, nodes, pool, max_unavailable, now, skew=30.0, unchanged=
     ``slots``: index -> view of the pool's Leases (names that are no ``<pool>-slot-N`` are left
     out); ``held``: views that occupy budget (held, malformed, foreign); ``holding``: node ->
     view of a held slot; ``other``: GPU nodes unavailable without a slot (name -> reason)."""
-    gpu = [n for n in nodes or [] if rollout.is_gpu_node(n)]
-    limit = rollout.scaled_max_unavailable(max_unavailable, len(gpu))
+    gpu = [n for n in nodes or [] if gpu_nodes.is_gpu_node(n)]
+    limit = gpu_nodes.scaled_max_unavailable(max_unavailable, len(gpu))
     unchanged = unchanged or {}
     slots = {}
     for lease in leases or []:
-        name = _meta(lease).get("name")
+        name = gpu_nodes.object_meta(lease).get("name")
         index = slot_index(pool, name)
         if index is None:
             continue
         slots[index] = slot_view(lease, pool, now, skew, unchanged.get(name))
     held = [v for _i, v in sorted(slots.items()) if v["state"] in (HELD, MALFORMED, FOREIGN)]
     holding = dict((v["node"], v) for v in held if v["state"] == HELD)
-    unavailable = rollout.unavailable_gpu_nodes(nodes)
+    unavailable = gpu_nodes.unavailable_gpu_nodes(nodes)
     other = dict((k, v) for k, v in unavailable.items() if k not in holding)
     notes = [v["problem"] or v["note"] for _i, v in sorted(slots.items()) if v["problem"] or v["note"]]
     return {"limit": limit, "gpu_nodes": len(gpu), "slots": slots, "held": held, "holding": holding,
@@ -245,7 +240,7 @@ def lease_body(pool, index, namespace, holder, node, duration, now, previous=Non
             "annotations": {NODE_ANNOTATION: node}}
     transitions = 0
     if previous is not None:
-        pmeta = _meta(previous)
+        pmeta = gpu_nodes.object_meta(previous)
         meta["resourceVersion"] = pmeta.get("resourceVersion")
         spec = previous.get("spec") if isinstance(previous.get("spec"), dict) else {}
         old = spec.get("leaseTransitions") if isinstance(spec.get("leaseTransitions"), int) else 0
@@ -266,7 +261,7 @@ def renewed_body(lease, now):
 
 def owned_by(lease, pool, holder, node):
     """Is ``lease`` this runner's slot for ``node``?"""
-    meta = _meta(lease)
+    meta = gpu_nodes.object_meta(lease)
     spec = lease.get("spec") if isinstance(lease, dict) and isinstance(lease.get("spec"), dict) else {}
     return ((meta.get("labels") or {}).get(POOL_LABEL) == pool and spec.get("holderIdentity") == holder
             and (meta.get("annotations") or {}).get(NODE_ANNOTATION) == node)
@@ -282,10 +277,10 @@ def run_failures(nodes, run, annotation="kubegpu.io/maintenance-failed"):
     """Nodes whose maintenance failed in the run ``run`` (the failure annotation names it)."""
     out = []
     for node in nodes or []:
-        value = (_meta(node).get("annotations") or {}).get(annotation)
+        value = (gpu_nodes.object_meta(node).get("annotations") or {}).get(annotation)
         if not value or run not in str(value):
             continue
-        record = rollout.parse_failure_annotation(value)
+        record = maintenance_record.parse_failure_annotation(value)
         if record and record.get("run") == run:
-            out.append("%s (%s)" % (rollout.node_name(node), record.get("reason")))
+            out.append("%s (%s)" % (gpu_nodes.node_name(node), record.get("reason")))
     return out

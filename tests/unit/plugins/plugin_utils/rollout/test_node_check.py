@@ -2,7 +2,7 @@
 gpu_facts, driver_guard and checkpoint_sync return them)."""
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.action.rollout_node_check import node_checks_ok
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout.node_check import node_checks_ok
 
 FACTS = {"ansible_facts": {"nvidia": {"probe": {"status": "ok"}, "driver_version": "570.172.08"}}}
 GUARD = {"reboot_pending": False}

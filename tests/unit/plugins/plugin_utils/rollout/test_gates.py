@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout_gates as g
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gates as g
 
 
 def at(text):

@@ -1,18 +1,17 @@
 """docs/maintenance-fact.schema.json is the contract of the kubegpu_maintenance host fact: every
-record the rolling_reboot decisions build (plugins/plugin_utils/rollout.py, through the same
-inputs kubegpu.fleet.rollout_decide and kubegpu.fleet.node_maintenance give them) validates
+record the rolling_reboot decisions build (plugins/plugin_utils/rollout/decisions.py, through the same
+inputs the decision modules and kubegpu.fleet.node_maintenance give them) validates
 against it, and records that break the contract do not."""
 import json
 import os
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import node_api
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout as ro
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import decisions, node_api, record
 
 jsonschema = pytest.importorskip("jsonschema")
 
-SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "maintenance-fact.schema.json")
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "docs", "maintenance-fact.schema.json")
 
 
 @pytest.fixture(scope="module")
@@ -53,46 +52,46 @@ CHECKS_OK = {"nvidia": {"probe": {"status": "ok"}, "driver_version": "570.172.08
 
 
 def test_a_whole_maintenance_validates_at_every_step(validator):
-    start = ro.start_maintenance(node(), "gpu-1", {}, now=1700000000)
+    start = decisions.start_maintenance(node(), "gpu-1", {}, now=1700000000)
     assert start["cordon"] is True
     validator.validate(fact(start["record"]))
 
-    drained = ro.drain_verdict("gpu-1", [PLUGIN, pod("job-a", deleting=True)], accept_terminating=True,
+    drained = decisions.drain_verdict("gpu-1", [PLUGIN, pod("job-a", deleting=True)], accept_terminating=True,
                                maintenance=start["record"], timeout=600)
     assert drained["ok"] is True and drained["record"]["terminating_accepted"] == ["gpu-jobs/job-a"]
     validator.validate(fact(drained["record"]))
 
     api = node_api.validated_check(node(boot="boot-2"), [PLUGIN], [], drained["record"]["allocatable"])
-    valid = ro.validation_verdict("gpu-1", CHECKS_OK, api, "570.172.08", 600, drained["record"],
+    valid = decisions.validation_verdict("gpu-1", CHECKS_OK, api, "570.172.08", 600, drained["record"],
                                   {"boot_id": "boot-2", "reasons": ["sentinel /run/reboot-required"]})
     assert valid["ok"] is True and valid["record"]["validation"]["resources"]["rule"] == "unchanged"
     validator.validate(fact(valid["record"]))
 
-    closed = ro.uncordon_decision("gpu-1", valid["record"], node(boot="boot-2"), now=1700000600)
+    closed = decisions.uncordon_decision("gpu-1", valid["record"], node(boot="boot-2"), now=1700000600)
     assert closed["uncordon"] is True
     validator.validate(fact(closed["record"]))
 
 
 def test_failures_resumes_and_mig_validation_validate(validator):
     # resumed from the annotation an earlier run left on a node an operator had cordoned
-    saved = ro.maintenance_annotation({"was_unschedulable": True, "boot_id": "boot-0",
+    saved = record.maintenance_annotation({"was_unschedulable": True, "boot_id": "boot-0",
                                        "allocatable": {"nvidia.com/gpu": 2}, "started": 1600000000,
-                                       "by": ro.ROLE})
-    resumed = ro.start_maintenance(node(cordoned=True, annotations={"kubegpu.io/maintenance": saved}), "gpu-1",
+                                       "by": decisions.ROLE})
+    resumed = decisions.start_maintenance(node(cordoned=True, annotations={"kubegpu.io/maintenance": saved}), "gpu-1",
                                    {}, now=1700000000)
     assert resumed["record"]["resumed"] is True and resumed["record"]["started"] == 1600000000
     validator.validate(fact(resumed["record"]))
 
     # a drain that did not finish, then the failure the abort entry point records
-    stuck = ro.drain_verdict("gpu-1", [pod("job-b")], maintenance=resumed["record"], timeout=5)
+    stuck = decisions.drain_verdict("gpu-1", [pod("job-b")], maintenance=resumed["record"], timeout=5)
     assert stuck["ok"] is False
-    failed = ro.failure_record("gpu-1", stuck["record"], "drain timed out", "Drain", now=1700000100,
+    failed = decisions.failure_record("gpu-1", stuck["record"], "drain timed out", "Drain", now=1700000100,
                                cordon={"changed": True}, run="ctl/4711-99")
     assert failed["active"] is True and failed["failure"]["run"] == "ctl/4711-99"
     validator.validate(fact(failed["record"]))
 
     # a failure before anything was recorded (the abort of a node that never started)
-    validator.validate(fact(ro.failure_record("gpu-2", None, "", None, now=1700000100)["record"]))
+    validator.validate(fact(decisions.failure_record("gpu-2", None, "", None, now=1700000100)["record"]))
 
     # the R570 node: after the reboot it advertises MIG devices (rule mig_strategy), NVML hung before
     mig_after = node(gpus="0", mig={"nvidia.com/mig-1g.10gb": "7"}, boot="boot-2")
@@ -103,10 +102,10 @@ def test_failures_resumes_and_mig_validation_validate(validator):
                        image="nvcr.io/nvidia/k8s-device-plugin:v0.17.2")
     plugin_mixed["spec"]["containers"][0]["env"] = [{"name": "MIG_STRATEGY", "value": "mixed"}]
     api = node_api.validated_check(mig_after, [plugin_mixed], [], {"nvidia.com/gpu": 1}, nvidia)
-    verdict = ro.validation_verdict("gpu-1", dict(CHECKS_OK, nvidia=nvidia), api, "", 600, {"active": True})
+    verdict = decisions.validation_verdict("gpu-1", dict(CHECKS_OK, nvidia=nvidia), api, "", 600, {"active": True})
     assert verdict["ok"] is True and verdict["record"]["validation"]["resources"]["rule"] == "mig_strategy"
     validator.validate(fact(verdict["record"]))
-    hung = ro.validation_verdict("gpu-1", {"nvidia": {"probe": {"status": "hung", "error": "timeout"}}}, {},
+    hung = decisions.validation_verdict("gpu-1", {"nvidia": {"probe": {"status": "hung", "error": "timeout"}}}, {},
                                  "570.172.08", 600, {"active": True})
     assert hung["ok"] is False
     validator.validate(fact(hung["record"]))
@@ -119,11 +118,11 @@ def test_failures_resumes_and_mig_validation_validate(validator):
     (lambda r: r.update(allocatable={"cpu": 4}), "'cpu' does not match"),
     (lambda r: r.update(terminating_accepted=["job-a"]), "'job-a' does not match"),
     (lambda r: r.update(cordoned_by="someone"), "Additional properties are not allowed"),
-    (lambda r: r.update(failed={"reason": "x", "task": "", "time": "yesterday", "by": ro.ROLE}),
+    (lambda r: r.update(failed={"reason": "x", "task": "", "time": "yesterday", "by": decisions.ROLE}),
      "'yesterday' does not match"),
 ])
 def test_records_that_break_the_contract_do_not_validate(validator, change, where):
-    record = fact(ro.start_maintenance(node(), "gpu-1", {}, now=1700000000)["record"])
+    record = fact(decisions.start_maintenance(node(), "gpu-1", {}, now=1700000000)["record"])
     change(record)
     errors = [e.message for e in validator.iter_errors(record)]
     assert errors and any(where in e for e in errors), errors
