@@ -58,16 +58,16 @@ ALLOWED = {
         "control file, to move itself into it; no file is created or replaced",
     ("plugins/module_utils/gpu/probe.py", "os.open(os.devnull, os.O_RDWR)"):
         "a forked child's stdio on /dev/null",
-    ("plugins/plugin_utils/rollout_slot.py", "os.open(os.devnull, os.O_RDWR)"):
+    ("plugins/plugin_utils/rollout/slot.py", "os.open(os.devnull, os.O_RDWR)"):
         "the controller's Lease renewer daemon's stdio on /dev/null",
-    ("plugins/plugin_utils/rollout_slot.py", "os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)"):
+    ("plugins/plugin_utils/rollout/slot.py", "os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)"):
         "the controller user's private lock directory for the Lease renewer (<TMPDIR>/kubegpu-lease-<uid>, "
         "0700); spawn_renewer refuses it unless lstat shows it is this user's and 0700, before any file in it "
         "is made",
-    ("plugins/plugin_utils/rollout_slot.py", "os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)"):
+    ("plugins/plugin_utils/rollout/slot.py", "os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)"):
         "the renewer's empty flock(2) lock file (0600, O_NOFOLLOW) in that checked private directory; nothing "
         "is written to it",
-    ("plugins/plugin_utils/rollout_slot.py", "os.unlink(path)"):
+    ("plugins/plugin_utils/rollout/slot.py", "os.unlink(path)"):
         "the renewer removes its own lock file from that private directory when it stops",
 }
 

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound as pb
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import rollout as ro
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import record as ro
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import facts as tc
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack import toolkit_config as tce
 from ansible_collections.kubegpu.fleet.tests.lib import hostile_toml
