@@ -1,37 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Controller-side: aggregate every host's audit into the fleet report and write it.
-
-The report directory and files are created and written through the collection's one write
-primitive (module_utils/_common/fileutil.py), run here by the user running ansible-playbook: a
-directory on the path owned by another user than root and that user, or writable by group or
-others (a root-owned sticky directory such as /tmp is fine on the path, not as ``dest``
-itself), is refused with the reason; each file is written atomically (mode 0644).
-"""
+"""Controller side of kubegpu.fleet.audit_report: every host's audit into the fleet report,
+written on the controller (plugin_utils/audit/report/write.py)."""
 from __future__ import annotations
-
-import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
-from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build as rep
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import (
-    html_format,
-    json_format,
-    markdown_format,
-    prometheus_format,
-)
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
-
-FORMATS = {
-    "json": ("kubegpu-audit.json", json_format.render_json),
-    "html": ("kubegpu-audit.html", html_format.render_html),
-    "markdown": ("kubegpu-audit.md", markdown_format.render_markdown),
-    "prometheus": ("kubegpu_audit.prom", prometheus_format.render_prometheus),
-}
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import write
 
 
 class ActionModule(ActionBase):
@@ -39,68 +16,5 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _requires_connection = False
 
-    ARGSPEC = {
-        "hosts": {"type": "list", "elements": "str", "required": True},
-        "dest": {"type": "path", "required": True},
-        "formats": {"type": "list", "elements": "str", "default": list(FORMATS),
-                    "choices": list(FORMATS)},
-        "fail_on": {"type": "str", "default": "critical",
-                    "choices": ["critical", "warning", "info", "never"]},
-        "cluster_findings": {"type": "list", "elements": "dict", "default": []},
-        "collection_version": {"type": "str"},
-        "run": {"type": "dict", "default": {}},
-        "catalog_extra": {"type": "raw"},
-        "catalog_max_age_days": {"type": "int", "default": rep.CATALOG_MAX_AGE_DAYS},
-    }
-
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _dummy, args = self.validate_argument_spec(argument_spec=self.ARGSPEC)
-        hostvars = (task_vars or {}).get("hostvars", {})
-        nodes = []
-        for host in args["hosts"]:
-            hv = hostvars[host] if host in hostvars else {}  # Mapping.get raises for a host not in the inventory (2.19)
-            audit = hv.get("kubegpu_audit")
-            name = hv.get("kubegpu_node_name") or host
-            if isinstance(audit, dict) and audit.get("status") == "audited":
-                nodes.append({"name": audit.get("node") or name, "status": "audited",
-                              "findings": audit.get("findings") or []})
-            elif isinstance(audit, dict) and audit.get("status") in ("unreachable", "failed"):
-                nodes.append({"name": audit.get("node") or name, "status": audit["status"],
-                              "error": audit.get("error"), "findings": []})
-            else:
-                nodes.append({"name": name, "status": "failed", "findings": [],
-                              "error": "the audit did not finish on this host (failed before evaluation)"})
-        # the catalog the audit evaluated with (the same loader and catalog_extra): its date goes in the report
-        catalog, catalog_error = None, None
-        try:
-            catalog = catalog_load.catalog_entries(args["catalog_extra"])
-        except (CatalogError, OSError, ValueError) as e:
-            catalog_error = str(e) or type(e).__name__
-        try:
-            report = rep.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],
-                                      collection_version=args["collection_version"] or rep.collection_version(),
-                                      run=args["run"], catalog=catalog, catalog_error=catalog_error,
-                                      catalog_max_age_days=args["catalog_max_age_days"])
-        except rep.ReportError as e:
-            result.update(failed=True, msg="cannot build the audit report: %s" % e)
-            return result
-        dest = args["dest"]
-        try:
-            fileutil.make_dirs(dest)
-            files = {}
-            for fmt in args["formats"]:
-                filename, render = FORMATS[fmt]
-                path = os.path.join(dest, filename)
-                fileutil.write_file(path, render(report), mode=0o644, backup=False)
-                files[fmt] = path
-        except OSError as e:
-            result.update(failed=True, msg="cannot write the audit report to %s: %s" % (dest, e))
-            return result
-        failing = rep.failing_findings(report, args["fail_on"])
-        # Reports are controller-side artifacts, written in check mode too; the task never
-        # reports a change so the audit stays idempotent.
-        result.update(changed=False, files=files, summary=report["summary"],
-                      failing=[{"node": f["node"], "id": f["id"], "severity": f["severity"]} for f in failing],
-                      report=report)
-        return result
+        return runner.run(self, super().run(tmp, task_vars), task_vars, write.ACTION)
