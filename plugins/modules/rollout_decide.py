@@ -9,10 +9,18 @@ DOCUMENTATION = r"""
 module: rollout_decide
 short_description: One decision of a GPU node's rolling maintenance, with its reasons
 version_added: 0.3.0
+deprecated:
+  removed_in: 1.0.0
+  why: Each decision has its own module with only the options of that decision.
+  alternative: >-
+    Use M(kubegpu.fleet.rollout_start), M(kubegpu.fleet.rollout_drain_verdict),
+    M(kubegpu.fleet.rollout_validation_verdict), M(kubegpu.fleet.rollout_uncordon_decision) or
+    M(kubegpu.fleet.rollout_failure_record).
 description:
   - The decisions of P(kubegpu.fleet.rolling_reboot#role), computed by tested Python
-    (C(plugins/plugin_utils/rollout.py)) from what the role's other tasks read, returned with
-    their reasons and set as facts. The role's tasks only wire inputs and outputs.
+    (C(plugins/plugin_utils/rollout/decisions.py)) from what the role's other tasks read, returned with
+    their reasons and set as facts. Each decision has its own module; this one takes the union of
+    their options and the O(decision) to make.
   - C(start) (before the cordon) fails when the Node does not exist; tells whether the skip label
     keeps the role away (RV(decision.skip)) or a maintenance already runs (RV(decision.already));
     records the node's state before maintenance (fact C(kubegpu_maintenance); from the annotation
@@ -157,7 +165,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 decision:
-  description: The decision; its keys depend on O(decision) (see C(plugins/plugin_utils/rollout.py)).
+  description: The decision; its keys depend on O(decision) (see the module of that decision).
   returned: success
   type: dict
   sample: {ok: false, reasons: ["device plugin pod (none) not Ready (phase None)"], msg: "gpu-1 did not validate ..."}
