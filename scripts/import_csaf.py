@@ -22,7 +22,7 @@ replaced atomically when it succeeds.
 
 Every product row that does not become an entry is listed on stderr with the reason
 (``not imported: ...``); a product the importer does not know (neither a catalog component nor
-one it leaves out, csaf_import.NOT_IMPORTED) is an error.
+one it leaves out, NOT_IMPORTED in scripts/kubegpu_csaf/importer.py) is an error.
 
 Exit status: 0 done, 1 --check found differences, 2 error. Any malformed document ends in
 `error: FILE: reason` on stderr and exit 2 (each document is bounded in size, nesting and time).
@@ -51,7 +51,9 @@ def _collection_path():
 
 sys.path.insert(0, _collection_path())
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2, csaf_import  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load  # noqa: E402
+from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer  # noqa: E402
 
 
 MESSAGE_MAX = 600
@@ -71,25 +73,25 @@ def _error(where, exc):
 
 
 def _load(path, verified):
-    """One document, read, parsed and converted within csaf_import.DEADLINE; raises CsafError."""
+    """One document, read, parsed and converted within importer.DEADLINE; raises CsafError."""
     try:
-        with csaf_import.deadline(csaf_import.DEADLINE):
-            doc = csaf_import.read_document(path)
-            return csaf_import.import_advisory(doc, path=path, verified=verified)
-    except (csaf_import.CsafError, catalog_v2.CatalogError, OSError, csaf_import.DeadlineExceeded) as exc:
-        raise csaf_import.CsafError(str(exc) or type(exc).__name__)
+        with importer.deadline(importer.DEADLINE):
+            doc = importer.read_document(path)
+            return importer.import_advisory(doc, path=path, verified=verified)
+    except (importer.CsafError, catalog_validate.CatalogError, OSError, importer.DeadlineExceeded) as exc:
+        raise importer.CsafError(str(exc) or type(exc).__name__)
     except RecursionError:
-        raise csaf_import.CsafError("nested too deeply")
+        raise importer.CsafError("nested too deeply")
     except MemoryError:
-        raise csaf_import.CsafError("too large to convert")
+        raise importer.CsafError("too large to convert")
     except Exception as exc:  # any other shape the checks above missed: still a message, never a traceback
-        raise csaf_import.CsafError("malformed CSAF document (%s: %s)" % (type(exc).__name__, exc))
+        raise importer.CsafError("malformed CSAF document (%s: %s)" % (type(exc).__name__, exc))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("documents", nargs="+", help="CSAF 2.0 JSON files (NVIDIA/product-security <year>/<id>/<id>.json)")
-    ap.add_argument("--component", action="append", choices=sorted(catalog_v2.COMPONENT_SCHEMES),
+    ap.add_argument("--component", action="append", choices=sorted(catalog_validate.COMPONENT_SCHEMES),
                     help="only this component (repeatable)")
     ap.add_argument("--verified", help="date to record in sources[].verified (default: today)")
     mode = ap.add_mutually_exclusive_group()
@@ -101,7 +103,7 @@ def main(argv=None):
     for path in args.documents:
         try:
             result = _load(path, args.verified)
-        except csaf_import.CsafError as exc:
+        except importer.CsafError as exc:
             return _error(path, exc)
         for row in result["skipped"]:
             print(_printable("%s: not imported: %s (%s %s: %s): %s" % (
@@ -113,20 +115,20 @@ def main(argv=None):
                                  if not args.component or comp in args.component)
         results.append((path, result))
     try:
-        generated, notes = csaf_import.combine(results)
-    except csaf_import.CsafError as exc:
+        generated, notes = importer.combine(results)
+    except importer.CsafError as exc:
         return _error(exc.path or args.documents[-1], exc)
     for note in notes:
         print("review: %s" % note, file=sys.stderr)
 
     if args.check:
         try:
-            entries = catalog_v2.load_catalog(args.check)
-        except (catalog_v2.CatalogError, OSError, UnicodeDecodeError) as exc:
+            entries = catalog_load.load_catalog(args.check)
+        except (catalog_validate.CatalogError, OSError, UnicodeDecodeError) as exc:
             return _error(args.check, exc)
         diffs = []
         for comp, gen in sorted(generated.items()):
-            diffs.extend(csaf_import.compare(gen, [e for e in entries if e["component"] == comp]))
+            diffs.extend(importer.compare(gen, [e for e in entries if e["component"] == comp]))
         for line in diffs:
             print(line)
         print("%d generated entries, %d difference(s)" % (sum(len(g) for g in generated.values()), len(diffs)),
@@ -135,11 +137,11 @@ def main(argv=None):
 
     if args.merge:
         try:
-            changes, lines = csaf_import.plan_merge(args.merge, generated)
-        except (catalog_v2.CatalogError, OSError, UnicodeDecodeError) as exc:
+            changes, lines = importer.plan_merge(args.merge, generated)
+        except (catalog_validate.CatalogError, OSError, UnicodeDecodeError) as exc:
             return _error(args.merge, "the merged catalog would be invalid, nothing written: %s" % exc)
         try:
-            csaf_import.write_files(changes)
+            importer.write_files(changes)
         except OSError as exc:
             return _error(args.merge, exc)
         for line in lines:
@@ -148,7 +150,7 @@ def main(argv=None):
 
     for comp, gen in sorted(generated.items()):
         print("# component: %s (%d entries)" % (comp, len(gen)))
-        print(csaf_import.dump_entries(gen))
+        print(importer.dump_entries(gen))
     return 0
 
 

@@ -26,12 +26,13 @@ GUARD_BAD = {"verdict": "known_bad", "branch": 570, "driver_version": "570.148.0
 
 def security_findings(node):
     """security.<component> findings for ``node`` from real catalog v2 matches (shared contract shape)."""
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-    entries = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+    entries = catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2"))
     out = []
     for component, version, facts in (("container-toolkit", "1.17.7", {"runtime": "runc", "injection_mode": "legacy"}),
                                       ("gpu-operator", "24.6.1", {"cdi_enabled": False, "runtime": "runc"})):
-        matches = [m for m in catalog_v2.evaluate(entries, component, version, facts)["matches"] if m["kind"] == "security"]
+        matches = [m for m in catalog_evaluate.evaluate(entries, component, version, facts)["matches"] if m["kind"] == "security"]
         out.append({"id": "security.%s" % component, "node": node, "severity": "critical",
                     "title": "%s %s has published security advisories" % (component, version),
                     "evidence": {"component": component, "version": version,
@@ -102,8 +103,8 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     hung = [f for f in bad["findings"] if f["id"] == "nvml.hung"][0]
     assert hung["evidence"]["timeout"] == NV_BAD["probe"]["timeout"] and hung["evidence"]["elapsed"] == 10.2
     # the report dates the bundled catalog: its newest bulletin, that bulletin's revision date and age
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
-    entries = catalog_v2.load_catalog(os.path.join(REPO, "catalog", "v2"))
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+    entries = catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2"))
     newest = max(e["advisory"]["date"] for e in entries if e.get("advisory"))
     cat = report["catalog"]
     assert cat["newest_advisory"]["date"] == newest and cat["max_age_days"] == 45 and cat["entries"] == len(entries)

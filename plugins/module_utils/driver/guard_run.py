@@ -13,9 +13,9 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.defects import (
     VERDICT_KNOWN_BAD,
-    CatalogError,
     driver_defects,
     evaluate,
     merge_catalog,

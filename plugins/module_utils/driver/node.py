@@ -15,7 +15,7 @@ import os
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import packages as driver_packages
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.defects import (
     parse_component_version,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.procfs import (

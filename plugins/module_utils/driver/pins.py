@@ -22,12 +22,12 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.defects import (
     driver_defects,
     entry_conditions_exclude,
     node_facts,
 )
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver.catalog_core import (
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.evaluate import (
     range_text as core_range_text,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion

@@ -1,5 +1,5 @@
 """No action plugin imports another action plugin (issue 15): code shared between action
-plugins lives in plugins/plugin_utils (e.g. driver_catalog_ctl.py for the driver catalog)."""
+plugins lives in plugins/plugin_utils (e.g. catalog/load.py for the known-bad catalog)."""
 import ast
 import os
 

@@ -14,7 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import defects as dc
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as dp
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
@@ -33,7 +34,7 @@ def driver_doc():
 
 @pytest.fixture(scope="module")
 def entries(driver_doc):
-    return dc.validate_documents([driver_doc])
+    return catalog_validate.validate_documents([driver_doc])
 
 
 def forms(n):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Catalog v2 validation in code: hostile source URLs, non-finite numbers, and every schema rule.
 
-``catalog_core.validate_catalog`` is the one validator of bundled files, ``catalog_extra`` and
+``module_utils/catalog/validate.validate_catalog`` is the one validator of bundled files, ``catalog_extra`` and
 the CSAF importer's output, on the controller and on the node, and needs no ``jsonschema``.
 The differential test mutates valid entries at every path with wrong types, hostile strings
 and NaN/Infinity, and requires the code to refuse whatever the JSON schema refuses, with a
@@ -18,10 +18,10 @@ import sys
 import jsonschema
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
-from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT, REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = os.path.join(REPO, "catalog", "schema", "catalog-v2.schema.json")
 
 GOOD_URLS = [
@@ -112,11 +112,11 @@ def test_base_score_must_be_a_finite_number_from_0_to_10(score):
 
 
 def test_non_finite_numbers_are_refused_anywhere_even_from_yaml():
-    doc = cv.parse_document(b"schema_version: 2\ncomponent: driver\nversion_scheme: driver\nentries: [.nan]\n", "x.yml")
+    doc = cl.parse_document(b"schema_version: 2\ncomponent: driver\nversion_scheme: driver\nentries: [.nan]\n", "x.yml")
     with pytest.raises(cv.CatalogError, match="entries/0 is nan: numbers must be finite"):
         cv.validate_catalog([doc])
     doc = security_doc()
-    doc["entries"][0]["cves"][0]["cvss"]["base_score"] = cv.parse_document(b"-.inf", "y")
+    doc["entries"][0]["cves"][0]["cvss"]["base_score"] = cl.parse_document(b"-.inf", "y")
     with pytest.raises(cv.CatalogError, match="base_score is -inf"):
         cv.validate_catalog([doc])
 
@@ -225,12 +225,11 @@ CHILD = r"""
 import json, sys
 sys.modules["jsonschema"] = None  # as on a controller or EE without the optional package
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import driver_catalog_ctl as ctl
-assert ctl._schema_validator() is None
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+assert cl._schema_validator() is None
 out = []
 for doc in json.loads(sys.stdin.read()):
-    catalog, error = ctl.catalog_with_extra([doc])
-    out.append(error)
+    out.append(cl.for_task([doc]).error)
 print(json.dumps(out))
 """
 

@@ -1,8 +1,8 @@
 """The node-side catalog v2 validator against the JSON schema.
 
 driver_guard validates the catalog again on the node, where jsonschema is not installed:
-``catalog_v2_core.check_structure`` carries the schema's shape rules. The cross-check below
-feeds the schema and the node validator (``driver_catalog.validate_documents``) the same broken
+``module_utils/catalog/validate.check_structure`` carries the schema's shape rules. The cross-check below
+feeds the schema and the node validator (``validate.validate_documents``) the same broken
 documents, so a malformed ``catalog_extra`` fails with a message on either side.
 """
 import copy
@@ -13,9 +13,11 @@ import jsonschema
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import defects as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = paths.REPO
 DRIVER = os.path.join(REPO, "catalog", "v2", "driver.yml")
 SCHEMA = os.path.join(REPO, "catalog", "schema", "catalog-v2.schema.json")
 
@@ -45,7 +47,7 @@ def test_the_v1_catalog_is_gone():
 
 def test_bundled_driver_catalog_passes_both(schema, driver_doc):
     assert schema_errors(schema, driver_doc) == []
-    entries = dc.validate_documents([driver_doc], "bundled")
+    entries = cv.validate_documents([driver_doc], "bundled")
     assert len(dc.driver_defects(entries)) >= 4
 
 
@@ -81,8 +83,8 @@ def test_schema_and_node_validator_both_reject(schema, driver_doc, name, mutate)
     broken = copy.deepcopy(driver_doc)
     mutate(broken)
     assert schema_errors(schema, broken), "schema accepted: %s" % name
-    with pytest.raises(dc.CatalogError):
-        dc.validate_documents([broken], "test")
+    with pytest.raises(cv.CatalogError):
+        cv.validate_documents([broken], "test")
 
 
 ACCEPTED = [
@@ -98,4 +100,4 @@ def test_schema_and_node_validator_both_accept(schema, driver_doc, name, mutate)
     ok = copy.deepcopy(driver_doc)
     mutate(ok)
     assert schema_errors(schema, ok) == []
-    dc.validate_documents([ok], "test")
+    cv.validate_documents([ok], "test")

@@ -1,6 +1,6 @@
 """Catalog v2: every file against the JSON schema and the semantic rules; the evaluator.
 
-The evaluator tests run the real catalog (catalog/v2) through plugins/plugin_utils/catalog_v2.py
+The evaluator tests run the real catalog (catalog/v2) through plugins/plugin_utils/cv.py
 with node facts, one test per entry class and condition kind (not per entry).
 """
 import copy
@@ -19,9 +19,12 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions imp
     DriverVersion,
     SemVer,
 )
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as ce
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = paths.REPO
 V2 = os.path.join(REPO, "catalog", "v2")
 SCHEMA = os.path.join(REPO, "catalog", "schema", "catalog-v2.schema.json")
 FILES = sorted(glob.glob(os.path.join(V2, "*.yml")))
@@ -47,7 +50,7 @@ def docs():
 
 @pytest.fixture(scope="module")
 def entries():
-    return cv.load_catalog(V2)
+    return cl.load_catalog(V2)
 
 
 def by_id(result, eid):
@@ -109,7 +112,7 @@ def test_no_duplicate_ids_across_files(docs):
 
 
 def test_ranges_are_well_formed_and_ordered(docs):
-    """Re-checked here with _common/versions.py directly (not through catalog_v2's validator)."""
+    """Re-checked here with _common/versions.py directly (not through the catalog's validator)."""
     for doc in docs.values():
         parse = PARSERS[doc["version_scheme"]]
         for e in doc["entries"]:
@@ -219,50 +222,50 @@ def test_validator_rejects_duplicate_ids_and_wrong_headers():
 
 def test_extra_documents_join_the_catalog_and_are_validated():
     extra = _doc(_defect(id="site-local-570-regression"))
-    entries = cv.load_catalog(V2, extra_docs=[extra])
+    entries = cl.load_catalog(V2, extra_docs=[extra])
     assert any(e["id"] == "site-local-570-regression" and e["component"] == "driver" for e in entries)
     clash = _doc(_defect(id="driver-cve-2025-23244"))
     with pytest.raises(cv.CatalogError, match="duplicate entry id 'driver-cve-2025-23244'"):
-        cv.load_catalog(V2, extra_docs=[clash])
+        cl.load_catalog(V2, extra_docs=[clash])
 
 
 # --------------------------------------------------------------------------- evaluator: driver security
 
 
 def test_driver_security_per_branch_fixed_versions(entries):
-    r = cv.evaluate(entries, "driver", "535.161.08")
+    r = ce.evaluate(entries, "driver", "535.161.08")
     m = by_id(r, "driver-cve-2024-0090")
     assert m["status"] == "affected" and m["fixed"] == "535.183.01" and m["branch"] == "535"
     assert m["cves"] == ["CVE-2024-0090"] and m["max_cvss"] == 7.8
     assert m["cvss_vectors"]["CVE-2024-0090"] == "CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H"
-    assert by_id(cv.evaluate(entries, "driver", "550.54.15"), "driver-cve-2024-0090")["fixed"] == "550.90.07"
-    assert by_id(cv.evaluate(entries, "driver", "470.223.02"), "driver-cve-2024-0090")["fixed"] == "470.256.02"
+    assert by_id(ce.evaluate(entries, "driver", "550.54.15"), "driver-cve-2024-0090")["fixed"] == "550.90.07"
+    assert by_id(ce.evaluate(entries, "driver", "470.223.02"), "driver-cve-2024-0090")["fixed"] == "470.256.02"
     # numeric per field: 535.183.06 > 535.183.01 (fixed), 535.183.01 itself is fixed
-    assert by_id(cv.evaluate(entries, "driver", "535.183.06"), "driver-cve-2024-0090") is None
-    assert by_id(cv.evaluate(entries, "driver", "535.183.01"), "driver-cve-2024-0090") is None
+    assert by_id(ce.evaluate(entries, "driver", "535.183.06"), "driver-cve-2024-0090") is None
+    assert by_id(ce.evaluate(entries, "driver", "535.183.01"), "driver-cve-2024-0090") is None
 
 
 def test_driver_first_fixed_that_is_not_a_data_center_build_compares_by_ordering(entries):
     # bulletin 5630 names 570.133.07 for R570; the data-center releases around it are 570.124.06, 570.133.20
-    hit = by_id(cv.evaluate(entries, "driver", "570.124.06"), "driver-cve-2025-23244")
+    hit = by_id(ce.evaluate(entries, "driver", "570.124.06"), "driver-cve-2025-23244")
     assert hit["status"] == "affected" and hit["fixed"] == "570.133.07"
-    assert by_id(cv.evaluate(entries, "driver", "570.133.20"), "driver-cve-2025-23244") is None
+    assert by_id(ce.evaluate(entries, "driver", "570.133.20"), "driver-cve-2025-23244") is None
 
 
 def test_driver_branch_not_in_a_bulletin_does_not_match_its_entry(entries):
     # 5630 lists R535/R550/R570/R575; R560 is not a listed branch
-    assert by_id(cv.evaluate(entries, "driver", "560.35.03"), "driver-cve-2025-23244") is None
-    assert by_id(cv.evaluate(entries, "driver", "575.51.01"), "driver-cve-2025-23244")["fixed"] == "575.51.02"
+    assert by_id(ce.evaluate(entries, "driver", "560.35.03"), "driver-cve-2025-23244") is None
+    assert by_id(ce.evaluate(entries, "driver", "575.51.01"), "driver-cve-2025-23244")["fixed"] == "575.51.02"
 
 
 def test_driver_package_version_is_normalised(entries):
-    r = cv.evaluate(entries, "driver", "3:570.124.06-0ubuntu1")
+    r = ce.evaluate(entries, "driver", "3:570.124.06-0ubuntu1")
     assert by_id(r, "driver-cve-2025-23244")["version"] == "570.124.06"
 
 
 def test_fleet_on_latest_fixes_has_no_security_match(entries):
     for version in ("535.309.01", "580.159.03", "595.71.05"):
-        r = cv.evaluate(entries, "driver", version)
+        r = ce.evaluate(entries, "driver", version)
         assert [m["id"] for m in r["matches"] if m["kind"] == "security"] == [], version
 
 
@@ -272,50 +275,50 @@ def test_fleet_on_latest_fixes_has_no_security_match(entries):
 def test_defect_with_a_bool_state_condition(entries):
     # 570.148.08 is between 570.124.06 and 570.158.01: matched by ordering, not by a list
     for version in ("570.124.06", "570.148.08", "570.158.01"):
-        m = by_id(cv.evaluate(entries, "driver", version, {"mig_mixed": True}), "driver-r570-mig-mixed-unschedulable")
+        m = by_id(ce.evaluate(entries, "driver", version, {"mig_mixed": True}), "driver-r570-mig-mixed-unschedulable")
         assert m["status"] == "affected" and m["fixed"] == "570.172.08" and m["kind"] == "defect", version
-    assert by_id(cv.evaluate(entries, "driver", "570.172.08", {"mig_mixed": True}),
+    assert by_id(ce.evaluate(entries, "driver", "570.172.08", {"mig_mixed": True}),
                  "driver-r570-mig-mixed-unschedulable") is None
-    assert by_id(cv.evaluate(entries, "driver", "570.86.15", {"mig_mixed": True}),
+    assert by_id(ce.evaluate(entries, "driver", "570.86.15", {"mig_mixed": True}),
                  "driver-r570-mig-mixed-unschedulable") is None
-    off = by_id(cv.evaluate(entries, "driver", "570.148.08", {"mig_mixed": False}), "driver-r570-mig-mixed-unschedulable")
+    off = by_id(ce.evaluate(entries, "driver", "570.148.08", {"mig_mixed": False}), "driver-r570-mig-mixed-unschedulable")
     assert off["status"] == "not_applicable" and "mig_mixed is false" in off["reasons"]
-    unknown = by_id(cv.evaluate(entries, "driver", "570.148.08"), "driver-r570-mig-mixed-unschedulable")
+    unknown = by_id(ce.evaluate(entries, "driver", "570.148.08"), "driver-r570-mig-mixed-unschedulable")
     assert unknown["status"] == "possibly_affected" and unknown["unknown_conditions"] == ["mig_mixed unknown"]
 
 
 def test_version_above_last_affected_and_below_fixed_is_affected_by_ordering(entries):
-    m = by_id(cv.evaluate(entries, "driver", "570.169.01", {"mig_mixed": True}), "driver-r570-mig-mixed-unschedulable")
+    m = by_id(ce.evaluate(entries, "driver", "570.169.01", {"mig_mixed": True}), "driver-r570-mig-mixed-unschedulable")
     assert m["status"] == "affected"
     assert "above the last affected version 570.158.01" in m["reasons"][0]
 
 
 def test_regex_condition_on_gpu_model(entries):
     facts = {"gpu_model": ["NVIDIA GH200 480GB"], "mig_enabled": True}
-    m = by_id(cv.evaluate(entries, "driver", "580.95.05", facts), "driver-cdmm-grace-mig-gds")
+    m = by_id(ce.evaluate(entries, "driver", "580.95.05", facts), "driver-cdmm-grace-mig-gds")
     assert m["status"] == "affected" and m["fixed"] is None
     h100 = {"gpu_model": ["NVIDIA H100 80GB HBM3"], "mig_enabled": True}
-    other = by_id(cv.evaluate(entries, "driver", "580.95.05", h100), "driver-cdmm-grace-mig-gds")
+    other = by_id(ce.evaluate(entries, "driver", "580.95.05", h100), "driver-cdmm-grace-mig-gds")
     assert other["status"] == "not_applicable"
-    assert by_id(cv.evaluate(entries, "driver", "570.172.08", facts), "driver-cdmm-grace-mig-gds") is None
+    assert by_id(ce.evaluate(entries, "driver", "570.172.08", facts), "driver-cdmm-grace-mig-gds") is None
 
 
 def test_enum_condition_list_facts_and_injection_mode(entries):
     # CVE-2024-0132: legacy (default) mode only
-    legacy = by_id(cv.evaluate(entries, "container-toolkit", "1.16.1", {"injection_mode": "legacy"}), "ctk-cve-2024-0132")
+    legacy = by_id(ce.evaluate(entries, "container-toolkit", "1.16.1", {"injection_mode": "legacy"}), "ctk-cve-2024-0132")
     assert legacy["status"] == "affected" and legacy["fixed"] == "1.16.2" and legacy["severity"] == "critical"
-    cdi = by_id(cv.evaluate(entries, "container-toolkit", "1.16.1", {"injection_mode": "cdi"}), "ctk-cve-2024-0132")
+    cdi = by_id(ce.evaluate(entries, "container-toolkit", "1.16.1", {"injection_mode": "cdi"}), "ctk-cve-2024-0132")
     assert cdi["status"] == "not_applicable"
     # device plugin: any of the configured strategies counts
     facts = {"device_list_strategy": ["envvar", "cdi-cri"], "runtime": "runc"}
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.17.2", facts), "device-plugin-cve-2025-23266")["status"] == "affected"
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.17.2", facts), "device-plugin-cve-2025-23266")["status"] == "affected"
     facts = {"device_list_strategy": ["envvar"], "runtime": "runc"}
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.17.2", facts), "device-plugin-cve-2025-23266")["status"] == "not_applicable"
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.17.2", facts), "device-plugin-cve-2025-23266")["status"] == "not_applicable"
 
 
 def test_nvidiascape_item_conditions_cdi_before_1_17_5_and_crun(entries):
     def ev(version, **facts):
-        return by_id(cv.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266")
+        return by_id(ce.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266")
 
     assert ev("1.17.3", injection_mode="legacy", runtime="runc")["status"] == "not_applicable"
     assert ev("1.17.3", injection_mode="cdi", runtime="runc")["status"] == "affected"
@@ -328,7 +331,7 @@ def test_nvidiascape_item_conditions_cdi_before_1_17_5_and_crun(entries):
 
 def test_crun_gets_its_own_fixed_version_for_cve_2025_23267(entries):
     def ev(version, **facts):
-        return by_id(cv.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23267")
+        return by_id(ce.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23267")
 
     assert ev("1.17.6", runtime="crun")["fixed"] == "1.17.7"
     assert ev("1.17.6", runtime="runc")["fixed"] == "1.17.8"
@@ -339,15 +342,15 @@ def test_crun_gets_its_own_fixed_version_for_cve_2025_23267(entries):
 
 
 def test_toolkit_condition_on_the_driver_branch(entries):
-    m = by_id(cv.evaluate(entries, "container-toolkit", "1.14.5", {"driver_branch": "550"}), "ctk-dev-char-symlinks-550")
+    m = by_id(ce.evaluate(entries, "container-toolkit", "1.14.5", {"driver_branch": "550"}), "ctk-dev-char-symlinks-550")
     assert m["status"] == "affected" and m["fixed"] == "1.14.6"
-    m = by_id(cv.evaluate(entries, "container-toolkit", "1.14.5", {"driver_branch": "535"}), "ctk-dev-char-symlinks-550")
+    m = by_id(ce.evaluate(entries, "container-toolkit", "1.14.5", {"driver_branch": "535"}), "ctk-dev-char-symlinks-550")
     assert m["status"] == "not_applicable"
 
 
 def test_fabric_manager_mismatch_on_nvswitch_only(entries):
     def ev(**facts):
-        return by_id(cv.evaluate(entries, "fabric-manager", "570.172.08", facts), "fabric-manager-driver-version-mismatch")
+        return by_id(ce.evaluate(entries, "fabric-manager", "570.172.08", facts), "fabric-manager-driver-version-mismatch")
 
     hit = ev(nvswitch=True, fabric_manager_matches_driver=False)
     assert hit["status"] == "affected" and hit["severity"] == "critical"
@@ -356,10 +359,10 @@ def test_fabric_manager_mismatch_on_nvswitch_only(entries):
 
 
 def test_mig_manager_os_and_preinstalled_driver(entries):
-    hit = by_id(cv.evaluate(entries, "mig-manager", "v0.13.1", {"os": "rhel8", "driver_preinstalled": True}),
+    hit = by_id(ce.evaluate(entries, "mig-manager", "v0.13.1", {"os": "rhel8", "driver_preinstalled": True}),
                 "mig-manager-rhel8-glibc")
     assert hit["status"] == "affected" and hit["fixed"] is None
-    assert by_id(cv.evaluate(entries, "mig-manager", "v0.12.3", {"os": "rhel8", "driver_preinstalled": True}),
+    assert by_id(ce.evaluate(entries, "mig-manager", "v0.12.3", {"os": "rhel8", "driver_preinstalled": True}),
                  "mig-manager-rhel8-glibc") is None
 
 
@@ -369,16 +372,16 @@ def test_mig_manager_os_and_preinstalled_driver(entries):
 def test_pre_release_ordering(entries):
     # device plugin: 0.16.0-rc.1 < 0.16.0 (the fix is in 0.16.0 only); 0.17.0-rc.1 > 0.16.2
     facts = {"mig_strategy": "mixed"}
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.16.0-rc.1", facts), "device-plugin-mixed-empty-mig-error")
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.16.0", facts), "device-plugin-mixed-empty-mig-error") is None
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.16.0-rc.1", facts), "device-plugin-mixed-empty-mig-error")
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.16.0", facts), "device-plugin-mixed-empty-mig-error") is None
     facts = {"device_list_strategy": ["volume-mounts"]}
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.16.1", facts), "device-plugin-volume-mounts-cap-sys-admin")
-    assert by_id(cv.evaluate(entries, "device-plugin", "v0.17.0-rc.1", facts),
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.16.1", facts), "device-plugin-volume-mounts-cap-sys-admin")
+    assert by_id(ce.evaluate(entries, "device-plugin", "v0.17.0-rc.1", facts),
                  "device-plugin-volume-mounts-cap-sys-admin") is None
     # the device plugin's pre-v0.6 1.0.0-betaN tags order below every v0.x release
-    assert by_id(cv.evaluate(entries, "device-plugin", "1.0.0-beta6", {}), "device-plugin-xid109-marks-unhealthy")
+    assert by_id(ce.evaluate(entries, "device-plugin", "1.0.0-beta6", {}), "device-plugin-xid109-marks-unhealthy")
     # toolkit: 1.17.8-rc.1 is a pre-release of the fix, still affected
-    hit = by_id(cv.evaluate(entries, "container-toolkit", "1.17.8-rc.1", {"injection_mode": "legacy", "runtime": "runc"}),
+    hit = by_id(ce.evaluate(entries, "container-toolkit", "1.17.8-rc.1", {"injection_mode": "legacy", "runtime": "runc"}),
                 "ctk-cve-2025-23266")
     assert hit["status"] == "affected"
 
@@ -386,27 +389,27 @@ def test_pre_release_ordering(entries):
 def test_semver_v_prefix_package_revision_and_image_flavour(entries):
     facts = {"injection_mode": "legacy", "runtime": "runc"}
     for version in ("1.17.7", "v1.17.7", "1.17.7-1", "1:1.17.7-1.el9", "v1.17.7-ubuntu20.04", "v1.17.7-ubi8"):
-        hit = by_id(cv.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266")
+        hit = by_id(ce.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266")
         assert hit and hit["version"] == "1.17.7", version
     for version in ("1.17.8-1", "v1.17.8-ubuntu20.04"):
-        assert by_id(cv.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266") is None
-    assert by_id(cv.evaluate(entries, "gpu-operator", "v25.3.1", {"runtime": "runc"}), "gpu-operator-cve-2025-23266")
-    assert by_id(cv.evaluate(entries, "gpu-operator", "v25.3.2", {"runtime": "runc"}), "gpu-operator-cve-2025-23266") is None
+        assert by_id(ce.evaluate(entries, "container-toolkit", version, facts), "ctk-cve-2025-23266") is None
+    assert by_id(ce.evaluate(entries, "gpu-operator", "v25.3.1", {"runtime": "runc"}), "gpu-operator-cve-2025-23266")
+    assert by_id(ce.evaluate(entries, "gpu-operator", "v25.3.2", {"runtime": "runc"}), "gpu-operator-cve-2025-23266") is None
     # "v1.17" (bulletin 5585's spelling) reads as 1.17.0
-    assert by_id(cv.evaluate(entries, "container-toolkit", "v1.17", {}), "ctk-cve-2024-0134") is None
+    assert by_id(ce.evaluate(entries, "container-toolkit", "v1.17", {}), "ctk-cve-2024-0134") is None
 
 
 def test_bad_input_names_the_value(entries):
     with pytest.raises(cv.CatalogError, match="unknown component 'cuda'"):
-        cv.evaluate(entries, "cuda", "12.4.0")
+        ce.evaluate(entries, "cuda", "12.4.0")
     with pytest.raises(cv.CatalogError, match="'latest'"):
-        cv.evaluate(entries, "container-toolkit", "latest")
+        ce.evaluate(entries, "container-toolkit", "latest")
     with pytest.raises(cv.CatalogError, match="'570'"):
-        cv.evaluate(entries, "driver", "570")
+        ce.evaluate(entries, "driver", "570")
 
 
 def test_evaluate_many_orders_matches_by_severity(entries):
-    out = cv.evaluate_many(entries, {"driver": "535.161.07", "container-toolkit": "1.16.1", "gpu-operator": None},
+    out = ce.evaluate_many(entries, {"driver": "535.161.07", "container-toolkit": "1.16.1", "gpu-operator": None},
                            {"injection_mode": "legacy", "runtime": "runc"})
     assert sorted(out) == ["container-toolkit", "driver"]
     ctk = out["container-toolkit"]["matches"]
@@ -441,5 +444,5 @@ def test_driver_security_matches_equal_a_tuple_ordering_oracle(entries, branch, 
         for item in e["affected"]:
             if item["branch"] == str(branch) and key < tup(item["fixed"]):
                 expected[e["id"]] = item["fixed"]
-    got = {m["id"]: m["fixed"] for m in cv.evaluate(entries, "driver", version)["matches"] if m["kind"] == "security"}
+    got = {m["id"]: m["fixed"] for m in ce.evaluate(entries, "driver", version)["matches"] if m["kind"] == "security"}
     assert got == expected

@@ -21,11 +21,12 @@ import sys
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import csaf_import as ci
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import driver_catalog_ctl as ctl
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer as ci
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = paths.REPO
 FIX = os.path.join(REPO, "tests", "fixtures", "csaf")
 SCRIPT = os.path.join(REPO, "scripts", "import_csaf.py")
 V2 = os.path.join(REPO, "catalog", "v2")
@@ -234,8 +235,8 @@ def test_merging_two_revisions_keeps_each_id_once_from_the_newer_revision(tmp_pa
     assert ("replaces revision 1.0.0" if order == "old-first" else "is kept over revision 1.0.0") in res.stderr
     assert sorted(os.listdir(str(catalog))) == ["container-toolkit.yml", "device-plugin.yml", "gpu-operator.yml",
                                                 "mig-manager.yml"]
-    ctl._CACHE.clear()
-    _docs, entries = ctl.load_bundled_docs(str(catalog))  # the audit's loader accepts the result
+    cl._CACHE.clear()
+    _docs, entries = cl.load_bundled_docs(str(catalog))  # the audit's loader accepts the result
     ids = [e["id"] for e in entries]
     assert len(ids) == len(set(ids)) == 8
     assert set(e["advisory"]["revision"] for e in entries) == {"2.0.0"}
@@ -292,7 +293,7 @@ def test_plan_merge_validates_with_the_audits_reader_in_memory(tmp_path):
     assert os.listdir(str(catalog)) == []  # planning writes nothing
     assert sorted(os.path.basename(p) for p in changes) == ["container-toolkit.yml", "gpu-operator.yml"]
     assert all("appended 1 entry" in line for line in lines)
-    docs = [cv.parse_document(text, path) for path, text in changes.items()]
+    docs = [cl.parse_document(text, path) for path, text in changes.items()]
     assert len(cv.validate_catalog(docs)) == 2
     ci.write_files(changes)
     assert sorted(os.listdir(str(catalog))) == ["container-toolkit.yml", "gpu-operator.yml"]  # no temp file left

@@ -13,10 +13,11 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import csaf_import as ci
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer as ci
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = paths.REPO
 FIX = os.path.join(REPO, "tests", "fixtures", "csaf")
 V2 = os.path.join(REPO, "catalog", "v2")
 DRIVER_BULLETINS = ("5520", "5551", "5586", "5614", "5630", "5670", "5703", "5747", "5821")
@@ -38,7 +39,7 @@ def imported(aids, component):
 
 @pytest.fixture(scope="module")
 def catalog():
-    return cv.load_catalog(V2)
+    return cl.load_catalog(V2)
 
 
 def test_importer_regenerates_the_driver_security_entries(catalog):
@@ -205,12 +206,12 @@ def test_cli_merge_creates_valid_component_files(tmp_path):
     out.mkdir()
     res = _run("--merge", str(out), "--verified", "2026-11-23", "5747.json", "5850.json")
     assert res.returncode == 0, res.stderr
-    entries = cv.load_catalog(str(out))
+    entries = cl.load_catalog(str(out))
     assert sorted(e["id"] for e in entries) == ["ctk-cve-2026-24260", "driver-cve-2025-33219",
                                                 "driver-cve-2025-33220", "gpu-operator-cve-2026-24260"]
     again = _run("--merge", str(out), "5747.json")  # nothing new: files stay as they are
     assert again.returncode == 0 and "nothing new" in again.stderr
-    assert len(cv.load_catalog(str(out))) == 4
+    assert len(cl.load_catalog(str(out))) == 4
     bad = _run(os.path.join(str(tmp_path), "missing.json"))
     assert bad.returncode == 2 and "missing.json" in bad.stderr
 

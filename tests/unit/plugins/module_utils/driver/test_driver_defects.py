@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/driver/catalog.py: driver_guard on catalog v2
+"""Unit tests for plugins/module_utils/driver/defects.py: driver_guard on catalog v2
 (validation, evaluation by ordering, state conditions, recommendation)."""
 import copy
 import os
@@ -6,11 +6,12 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog as dc
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import defects as dc
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as ce
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
+REPO = paths.REPO
 DRIVER = os.path.join(REPO, "catalog", "v2", "driver.yml")
 SEED = "driver-r570-mig-mixed-unschedulable"
 CDMM = "driver-cdmm-grace-mig-gds"
@@ -25,7 +26,7 @@ def driver_doc():
 
 @pytest.fixture(scope="module")
 def entries(driver_doc):
-    return dc.validate_documents([driver_doc], "bundled")
+    return cv.validate_documents([driver_doc], "bundled")
 
 
 def doc(*entries_):
@@ -108,7 +109,7 @@ def test_merge_catalog_extra_forms(driver_doc):
     (dict(doc(entry()), component="toolkit"), "unknown component 'toolkit'"),
 ])
 def test_catalog_extra_is_validated_with_the_catalog_rules(driver_doc, extra, needle):
-    with pytest.raises(dc.CatalogError, match=r".*" + needle.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(cv.CatalogError, match=r".*" + needle.replace("(", r"\(").replace(".", r"\.")):
         dc.merge_catalog([driver_doc], extra)
 
 
@@ -163,7 +164,7 @@ def test_r570_at_risk_when_not_mixed_or_unknown(entries):
 def test_security_entries_do_not_drive_the_verdict(entries):
     # 570.172.08 is below several R570 security floors (security.driver findings elsewhere),
     # but clear of every known-bad defect: driver_guard says ok.
-    sec = catalog_v2.evaluate(entries, "driver", "570.172.08", {"mig_mixed": True})
+    sec = ce.evaluate(entries, "driver", "570.172.08", {"mig_mixed": True})
     assert [m for m in sec["matches"] if m["kind"] == "security"]
     res = dc.evaluate(entries, {"driver_version": "570.172.08", "mig_mixed": True})
     assert res["verdict"] == "ok" and res["matches"] == []
@@ -176,11 +177,11 @@ def test_security_entries_do_not_drive_the_verdict(entries):
     {"mig_mixed": True, "mig_enabled": True, "gpu_names": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"]},
     {"mig_mixed": True, "mig_enabled": True, "gpu_names": ["NVIDIA B200"]},
 ])
-def test_one_evaluator_driver_guard_agrees_with_catalog_v2(entries, version, facts):
+def test_one_evaluator_driver_guard_agrees_with_catalog_evaluate(entries, version, facts):
     # Every condition fact known and holding-or-failing: driver_guard's matches are exactly
-    # catalog_v2.evaluate's defect matches, its not_applicable exactly catalog_v2's.
+    # ce.evaluate's defect matches, its not_applicable exactly ce.evaluate's.
     res = dc.evaluate(entries, dict(facts, driver_version=version))
-    v2 = catalog_v2.evaluate(entries, "driver", version, dc.node_facts(facts))
+    v2 = ce.evaluate(entries, "driver", version, dc.node_facts(facts))
     assert sorted(m["id"] for m in res["matches"]) == sorted(m["id"] for m in v2["matches"] if m["kind"] == "defect")
     assert sorted(n["id"] for n in res["not_applicable"]) == sorted(
         n["id"] for n in v2["not_applicable"] if n["kind"] == "defect")
@@ -317,7 +318,7 @@ def test_matches_sorted_known_bad_first_then_severity(driver_doc):
 
 def test_evaluate_does_not_mutate_the_catalog(driver_doc):
     before = copy.deepcopy(driver_doc)
-    ents = dc.validate_documents([driver_doc])
+    ents = cv.validate_documents([driver_doc])
     dc.evaluate(ents, {"driver_version": "575.57.08", "mig_mixed": True})
     assert driver_doc == before
 

@@ -11,11 +11,13 @@ import sys
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2 as cv
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import csaf_import as ci
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import findings_stack as fs
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
+from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer as ci
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
+from ansible_collections.kubegpu.fleet.tests.lib import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = paths.REPO
 SCRIPT = os.path.join(REPO, "scripts", "import_csaf.py")
 V2 = os.path.join(REPO, "catalog", "v2")
 
@@ -137,7 +139,7 @@ def test_cli_lists_rows_not_imported_and_fails_on_an_unknown_product(tmp_path):
 
 
 def test_bundled_catalog_reports_security_dcgm_exporter_and_dcgm():
-    catalog = cv.load_catalog(V2)
+    catalog = cl.load_catalog(V2)
     ctx = {"catalog": catalog, "api": {"components": {"dcgm-exporter": {"version": "4.8.1"},
                                                       "dcgm": {"version": "4.5.2"}}}}
     found = dict((f["id"], f) for f in fs.rule_catalog(ctx))

@@ -1,22 +1,18 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Known-bad catalog v2: the pure part (validation, version ordering, evaluation).
+"""The known-bad catalog's format: version schemes, the one error type and validation.
 
-Node side and controller side (Python 3.8+, standard library and versions.py only): the
-controller's ``plugins/plugin_utils/catalog_v2.py`` re-exports everything here and adds the
-YAML loader; ``driver_catalog.py`` (kubegpu.fleet.driver_guard on the node) evaluates driver
-entries with the same ``match_entry``. One evaluator, so the two sides cannot disagree.
+Runs on the node (kubegpu.fleet.driver_guard validates the catalog it is sent) and on the
+controller (``plugins/plugin_utils/catalog/load.py`` validates the bundled files and the task's
+``catalog_extra``): Python 3.8+, standard library and ``_common/versions.py`` only.
 
-Format: ``catalog/README.md``; structure: ``catalog/schema/catalog-v2.schema.json``. This
-module does what the JSON schema cannot: it parses every version with the component's version
-scheme, checks that ranges are ordered and inside their branch, that ids are unique across
-files and that a security entry's severity is the CVSS rating of its highest base score.
-
-Evaluation is by ordering, never by membership in a list: an affected item covers the versions
-``introduced <= v`` and ``v < fixed`` (or ``v <= last_affected`` when no fix is known). A
-version above ``last_affected`` but below ``fixed`` is affected too: NVIDIA's "first fixed"
-numbers are sometimes builds that data-center users never see (570.133.07 in bulletin 5630).
+Format: ``catalog/README.md``; structure: ``catalog/schema/catalog-v2.schema.json``.
+``check_structure`` checks every rule of that schema in code (neither side needs
+``jsonschema``); ``validate_entry`` and ``validate_catalog`` add what the schema cannot say: every
+version parses with the component's version scheme, ranges are ordered and inside their branch,
+ids are unique across files and a security entry's severity is the CVSS rating of its highest
+base score (``cvss_rating``, the one copy of that rating). Evaluation: ``evaluate.py``.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -76,7 +72,15 @@ _DISTRO_SUFFIX = re.compile(r"^(ubuntu|ubi|centos|rhel|rocky|amzn|debian|sles|ph
 
 
 class CatalogError(ValueError):
-    """The catalog (or one entry) breaks a rule; the message names the entry and the value."""
+    """The catalog (or one entry) breaks a rule; the message names the entry and the value.
+
+    ``source`` names the input the problem is in when the caller knows it (``catalog_extra``,
+    ``bundled catalog``); the message then reads ``invalid <source>: <problem>``.
+    """
+
+    def __init__(self, message, source=None):
+        self.source = source
+        super(CatalogError, self).__init__(message if source is None else "invalid %s: %s" % (source, message))
 
 
 def normalize_version_text(scheme, text):
@@ -510,177 +514,37 @@ def validate_catalog(docs):
     return entries
 
 
-# --------------------------------------------------------------------------- evaluation
+def document_list(value, source):
+    """A list of catalog documents from ``value`` (one document or a list of them).
 
-
-def _condition_state(key, want, facts):
-    """(state, reason): state is True (holds), False (does not hold) or None (fact unknown)."""
-    if key not in facts or facts[key] is None:
-        return None, "%s unknown" % key
-    have = facts[key]
-    kind = CONDITIONS[key]
-    if kind == "bool":
-        ok = bool(have) is want
-        return ok, "%s is %s" % (key, "true" if have else "false")
-    values = have if isinstance(have, (list, tuple, set)) else [have]
-    values = [str(v).lower() for v in values]
-    if kind == "regex":
-        ok = any(re.search(want, v, re.I) for v in values)
-        return ok, "%s %s %s /%s/" % (key, ", ".join(values) or "(none)", "matches" if ok else "does not match", want)
-    if isinstance(want, dict):
-        banned = [w.lower() for w in want["not_in"]]
-        ok = bool(values) and not any(v in banned for v in values)
-        return ok, "%s is %s (affected unless %s)" % (key, ", ".join(values) or "(none)", ", ".join(banned))
-    accepted = [w.lower() for w in want]
-    ok = any(v in accepted for v in values)
-    return ok, "%s is %s (affected: %s)" % (key, ", ".join(values) or "(none)", ", ".join(accepted))
-
-
-def _range_text(item):
-    parts = []
-    if item.get("branch"):
-        parts.append("branch %s" % item["branch"])
-    if item.get("introduced"):
-        parts.append(">= %s" % item["introduced"])
-    if item.get("fixed"):
-        parts.append("< %s" % item["fixed"])
-    elif item.get("last_affected"):
-        parts.append("<= %s" % item["last_affected"])
-    return ", ".join(parts) or "all versions"
-
-
-def _version_hit(item, version, scheme):
-    """None when ``version`` is outside the item; else a list of reasons."""
-    if not in_branch(version, item.get("branch")):
-        return None
-    if item.get("introduced") and version < parse_version(scheme, item["introduced"]):
-        return None
-    reasons = []
-    if item.get("fixed"):
-        fixed = parse_version(scheme, item["fixed"])
-        if not version < fixed:
-            return None
-        last = item.get("last_affected")
-        if last and version > parse_version(scheme, last):
-            reasons.append("%s is above the last affected version %s named by the source but below the "
-                           "first fixed version %s, so it is affected by ordering" % (version.text, last, item["fixed"]))
-        else:
-            reasons.append("%s is below the first fixed version %s" % (version.text, item["fixed"]))
-    elif item.get("last_affected"):
-        if version > parse_version(scheme, item["last_affected"]):
-            return None
-        reasons.append("%s is at or below the last affected version %s (no fixed version known)"
-                       % (version.text, item["last_affected"]))
-    else:
-        reasons.append("%s is in the affected range (%s; no fixed version known)" % (version.text, _range_text(item)))
-    if item.get("introduced"):
-        reasons.append("at or above %s, where the problem was introduced" % item["introduced"])
-    return reasons
-
-
-def match_entry(entry, scheme, version, facts, keep=None):
-    """How one entry applies to a parsed ``version``: None (outside every affected item) or
-    ``(rank, item, reasons, held, failed, unknown)``.
-
-    ``rank`` 2: every condition holds; 1: none fails, some fact is unknown; 0: a condition fails.
-    ``held``/``failed``/``unknown`` are lists of ``(condition, reason)``. The item with the
-    highest rank wins. ``keep(condition)`` (optional) marks failed conditions that do not lower
-    the rank below 1 (driver_guard: a MIG layout that is not there today).
+    ``catalog_extra`` takes documents shaped like a file in ``catalog/v2/``; anything else is a
+    CatalogError naming ``source``.
     """
-    best = None
-    for item in entry.get("affected") or []:
-        hit = _version_hit(item, version, scheme)
-        if hit is None:
-            continue
-        conds = dict(entry.get("conditions") or {})
-        conds.update(item.get("conditions") or {})
-        held, failed, unknown = condition_states(conds, facts)
-        hard = [f for f in failed if keep is None or not keep(f[0])]
-        rank = 0 if hard else (1 if (unknown or failed) else 2)
-        if best is None or rank > best[0]:
-            best = (rank, item, hit, held, failed, unknown)
-    return best
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise CatalogError("must be a catalog v2 document or a list of them, got %s" % _describe(value), source)
+    for n, doc in enumerate(value):
+        if not isinstance(doc, dict) or "schema_version" not in doc:
+            raise CatalogError(
+                "item %d is not a catalog v2 document: %s takes documents shaped like a file in "
+                "catalog/v2/ (schema_version: 2, component, version_scheme, entries); v1 entries "
+                "(known_bad_drivers.yml) are no longer accepted, see catalog/README.md section "
+                "catalog_extra" % (n, source), source)
+    return value
 
 
-def condition_states(conditions, facts):
-    """``(held, failed, unknown)``: lists of ``(condition, reason)`` for ``facts``."""
-    held, failed, unknown = [], [], []
-    for key, want in sorted((conditions or {}).items()):
-        state, reason = _condition_state(key, want, facts)
-        (held if state else unknown if state is None else failed).append((key, reason))
-    return held, failed, unknown
+def validate_documents(docs, source="catalog"):
+    """Validate ``docs`` (one document or a list) as ``source``; return the flat entry list.
 
-
-def range_text(item):
-    """``branch 570, >= 570.124.06, < 570.172.08`` for an affected item."""
-    return _range_text(item)
-
-
-def evaluate(entries, component, version, facts=None):
-    """Match one component version against the catalog.
-
-    ``entries``: the list from load_catalog/validate_catalog. ``facts``: condition facts of
-    the node or cluster (keys of CONDITIONS; a missing or None value is unknown).
-    Returns ``{"matches": [...], "not_applicable": [...]}``. A match has ``status``
-    ``affected`` (every condition holds) or ``possibly_affected`` (a condition fact is
-    unknown, none fails); ``not_applicable`` lists entries whose version range matches but a
-    condition rules out, with the reason. Entries outside the version range are not listed.
+    A problem is a CatalogError whose message starts ``invalid <source>: ``.
     """
-    facts = dict(facts or {})
-    scheme = COMPONENT_SCHEMES.get(component)
-    if scheme is None:
-        raise CatalogError("unknown component %r (known: %s)" % (component, ", ".join(sorted(COMPONENT_SCHEMES))))
-    v = parse_version(scheme, version)
-    if scheme == "driver" and "driver_branch" not in facts:
-        facts["driver_branch"] = str(v.branch)
-    matches, not_applicable = [], []
-    for entry in entries:
-        if entry.get("component") != component:
-            continue
-        best = match_entry(entry, scheme, v, facts)
-        if best is None:
-            continue
-        rank, item, hit, held, failed, unknown = best
-        held = [r for _k, r in held]
-        failed = [r for _k, r in failed]
-        unknown = [r for _k, r in unknown]
-        result = _result(entry, component, v, item, hit + held, unknown)
-        if rank == 0:
-            result["status"] = "not_applicable"
-            result["reasons"] = hit + failed
-            not_applicable.append(result)
-        else:
-            result["status"] = "affected" if rank == 2 else "possibly_affected"
-            matches.append(result)
-    order = {s: n for n, s in enumerate(SEVERITIES)}
-    matches.sort(key=lambda m: (order.get(m["severity"], 9), -(m["max_cvss"] or 0), m["id"]))
-    return {"matches": matches, "not_applicable": not_applicable}
-
-
-def _result(entry, component, version, item, reasons, unknown):
-    cves = entry.get("cves") or []
-    return {
-        "id": entry["id"],
-        "component": component,
-        "kind": entry["kind"],
-        "title": entry.get("title"),
-        "severity": entry["severity"],
-        "version": version.text,
-        "branch": item.get("branch"),
-        "affected_range": _range_text(item),
-        "fixed": item.get("fixed"),
-        "cves": [c["id"] for c in cves],
-        "max_cvss": max([float(c["cvss"]["base_score"]) for c in cves]) if cves else None,
-        "cvss_vectors": {c["id"]: c["cvss"]["vector"] for c in cves},
-        "reasons": reasons,
-        "unknown_conditions": unknown,
-        "remediation": entry.get("remediation"),
-        "mitigation": entry.get("mitigation"),
-        "sources": [s["url"] for s in entry.get("sources") or []],
-    }
-
-
-def evaluate_many(entries, components, facts=None):
-    """``components``: {component: version}; returns {component: evaluate(...)} for each."""
-    return {comp: evaluate(entries, comp, ver, facts) for comp, ver in sorted(components.items())
-            if ver is not None}
+    docs = document_list(docs, source)
+    try:
+        return validate_catalog([dict(d) for d in docs])
+    except CatalogError as e:
+        if e.source is not None:
+            raise
+        raise CatalogError(str(e), source)

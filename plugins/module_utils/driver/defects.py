@@ -1,19 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubegpu.fleet.driver_guard on catalog v2: verdict, recommendation, catalog_extra (node side).
+"""kubegpu.fleet.driver_guard's verdict and recommendation from the catalog's driver defects (node side).
 
 The catalog is ``catalog/v2/driver.yml`` (format: catalog/README.md). The driver_guard action
-plugin loads it on the controller, validates it with every other v2 file and the task's
-``catalog_extra`` documents, and ships the driver defects to the node; this module validates
-again (no ``jsonschema`` needed: ``catalog_v2_core.check_structure`` carries the schema's shape
-rules) and evaluates. Version ranges and conditions are evaluated by
-``catalog_v2_core.match_entry``, the same function ``plugin_utils/catalog_v2.evaluate`` uses,
-so the node and the controller cannot disagree on whether a version is in a range.
+plugin loads it on the controller (``plugins/plugin_utils/catalog/load.py``), validates it with
+every other catalog file and the task's ``catalog_extra`` documents, and ships the driver
+defects to the node; ``merge_catalog`` validates them again here with the same validator
+(``module_utils/catalog/validate.py``, no ``jsonschema`` needed). Version ranges and conditions are
+matched by ``module_utils/catalog/evaluate.match_entry``, the function the controller's audit
+evaluates with, so the node and the controller cannot disagree on whether a version is in a range.
 
 driver_guard considers the ``kind: defect`` entries of component ``driver``; security entries
 are reported by the audit as ``security.driver`` findings (their floors are not part of the
-recommendation here). Evaluation semantics on top of catalog_v2:
+recommendation here). On top of the catalog's evaluation:
 
 * An entry matches a driver version when one of its ``affected`` items covers it by ordering
   (``introduced <= v < fixed``, or ``<= last_affected`` without a fix, or the whole branch).
@@ -27,18 +27,22 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import catalog_core as core
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import (
+    COMPONENT_SCHEMES,
+    SEVERITIES,
+    CatalogError,
+    document_list,
+    validate_documents,
+)
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import (
     DriverVersion,
     SemVer,
 )
 
-SCHEMA_VERSION = core.SCHEMA_VERSION
 COMPONENT = "driver"
-SCHEME = core.COMPONENT_SCHEMES[COMPONENT]
+SCHEME = COMPONENT_SCHEMES[COMPONENT]
 KIND = "defect"
-# Highest first; the order is used to sort matches.
-SEVERITIES = core.SEVERITIES
 STATE_CONDITIONS = ("mig_mixed", "mig_enabled")
 NONE_FIXED = "none"
 
@@ -46,16 +50,6 @@ VERDICT_OK = "ok"
 VERDICT_KNOWN_BAD = "known_bad"
 VERDICT_AT_RISK = "at_risk"
 VERDICT_ABSENT = "absent"
-
-
-class CatalogError(ValueError):
-    """The catalog (bundled or catalog_extra) is invalid; ``problems`` lists the issues."""
-
-    def __init__(self, source, problems):
-        self.source = source
-        self.problems = list(problems)
-        msg = "invalid %s: %s" % (source, "; ".join(self.problems))
-        super(CatalogError, self).__init__(msg)
 
 
 def parse_component_version(text):
@@ -83,34 +77,6 @@ def parse_component_version(text):
 # Catalog documents
 # --------------------------------------------------------------------------------------------
 
-def _doc_list(value, source):
-    """A list of v2 component documents from ``value`` (one document or a list of them)."""
-    if value is None:
-        return []
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
-        raise CatalogError(source, ["must be a catalog v2 document or a list of them, got %r (%s)"
-                                    % (value, type(value).__name__)])
-    for n, doc in enumerate(value):
-        if not isinstance(doc, dict) or "schema_version" not in doc:
-            raise CatalogError(source, [
-                "item %d is not a catalog v2 document: %s takes documents shaped like a file in "
-                "catalog/v2/ (schema_version: 2, component, version_scheme, entries); v1 entries "
-                "(known_bad_drivers.yml) are no longer accepted, see catalog/README.md section "
-                "catalog_extra" % (n, source)])
-    return value
-
-
-def validate_documents(docs, source="catalog"):
-    """Validate v2 documents with the catalog v2 rules; return the flat entry list."""
-    docs = _doc_list(docs, source)
-    try:
-        return core.validate_catalog([dict(d) for d in docs])
-    except core.CatalogError as e:
-        raise CatalogError(source, [str(e)])
-
-
 def merge_catalog(bundled_docs, extra):
     """``(entries, origin)``: bundled + ``catalog_extra`` documents, validated together.
 
@@ -118,7 +84,7 @@ def merge_catalog(bundled_docs, extra):
     the bundled entry with ``skip_entries`` and add yours under a new id instead.
     """
     bundled = validate_documents(bundled_docs, "bundled catalog")
-    extra_docs = _doc_list(extra, "catalog_extra")
+    extra_docs = document_list(extra, "catalog_extra")
     extra_entries = validate_documents(extra_docs, "catalog_extra") if extra_docs else []
     origin = dict((e["id"], "bundled") for e in bundled)
     problems = []
@@ -128,7 +94,7 @@ def merge_catalog(bundled_docs, extra):
                             "the bundled entry and pick a new id)" % e["id"])
         origin[e["id"]] = "catalog_extra"
     if problems:
-        raise CatalogError("catalog_extra", problems)
+        raise CatalogError("; ".join(problems), "catalog_extra")
     return bundled + extra_entries, origin
 
 
@@ -156,13 +122,13 @@ def _is_state(condition):
 
 
 def match_one(entry, version, facts):
-    """``catalog_v2_core.match_entry`` with driver_guard's state conditions; None or the tuple."""
-    return core.match_entry(entry, SCHEME, version, facts, keep=_is_state)
+    """``catalog_evaluate.match_entry`` with driver_guard's state conditions; None or the tuple."""
+    return catalog_evaluate.match_entry(entry, SCHEME, version, facts, keep=_is_state)
 
 
 def entry_conditions_exclude(entry, facts):
     """Reason text when a non-state condition of the entry fails on this node, else None."""
-    _held, failed, _unknown = core.condition_states(entry.get("conditions") or {}, facts)
+    _held, failed, _unknown = catalog_evaluate.condition_states(entry.get("conditions") or {}, facts)
     hard = [r for k, r in failed if not _is_state(k)]
     return "; ".join(hard) or None
 
@@ -223,7 +189,7 @@ def match_entries(entries, node, versions, origin=None):
             _v, _c, (_r, item, _reasons, _held, failed, _unknown) = hits[0]
             not_applicable.append({"id": entry["id"], "title": entry["title"],
                                    "reason": "; ".join(r for k, r in failed if not _is_state(k)),
-                                   "affected_range": core.range_text(item)})
+                                   "affected_range": catalog_evaluate.range_text(item)})
             continue
         hits = [h for h in hits if h[2][0] > 0]
         _rank, item, _reasons, held, failed, unknown = hits[0][2]
@@ -239,8 +205,8 @@ def match_entries(entries, node, versions, origin=None):
             "conditions_unknown": [k for k, _r in unknown],
             "reasons": list(hits[0][2][2]) + [r for _k, r in held + failed + unknown],
             "matched_versions": [{"version": str(v), "components": list(c), "by": "range",
-                                  "detail": core.range_text(b[1])} for v, c, b in hits],
-            "affected_range": core.range_text(item),
+                                  "detail": catalog_evaluate.range_text(b[1])} for v, c, b in hits],
+            "affected_range": catalog_evaluate.range_text(item),
             "fixed_in_branch": _fixed_in_branch(item),
             "remediation": entry["remediation"],
             "mitigation": entry.get("mitigation"),

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""NVIDIA CSAF 2.0 advisories -> catalog v2 entries (maintainer tool, controller side).
+"""NVIDIA CSAF 2.0 advisories -> catalog v2 entries (maintainer tool, not part of the collection's artifact).
 
 NVIDIA publishes every PSIRT bulletin as a CSAF 2.0 document (``<year>/<a_id>/<a_id>.json``
 in the NVIDIA/product-security repository). This module reads the parts of the format that
@@ -47,7 +47,8 @@ import stat
 import tempfile
 import threading
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils import catalog_v2
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 
 try:  # optional: validates that each vector really scores the base score NVIDIA printed
     from cvss import CVSS3
@@ -309,13 +310,14 @@ def classify(row):
             if WINDOWS_ARCH.match(arch):
                 return None, "Windows rows: Kubernetes GPU nodes run Linux"
             raise CsafError("product %s: unknown architecture %s (not a Linux row this importer reads): add it to "
-                            "csaf_import.ROWS or NOT_IMPORTED" % (catalog_v2.short(product), catalog_v2.short(arch)))
+                            "ROWS or NOT_IMPORTED in scripts/kubegpu_csaf/importer.py"
+                            % (catalog_validate.short(product), catalog_validate.short(arch)))
     for prod_re, reason in NOT_IMPORTED:
         if prod_re.match(product):
             return None, reason
     raise CsafError("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
-                    "leaves out; add it to csaf_import.ROWS or NOT_IMPORTED"
-                    % (catalog_v2.short(product), catalog_v2.short(arch)))
+                    "leaves out; add it to ROWS or NOT_IMPORTED in scripts/kubegpu_csaf/importer.py"
+                    % (catalog_validate.short(product), catalog_validate.short(arch)))
 
 
 def parse_row_version(text, status):
@@ -341,16 +343,16 @@ def parse_row_version(text, status):
                 "qualifier": None if qualifier.lower() in ("", "latest") else qualifier}
     raise CsafError("cannot read the version text %s of a %s row (expected 'All versions prior to X', "
                     "'All versions up to and including X', 'X to Y', 'X and Y' or a version)"
-                    % (catalog_v2.short(text), status))
+                    % (catalog_validate.short(text), status))
 
 
 def _order(component, text):
-    return catalog_v2.parse_version(catalog_v2.COMPONENT_SCHEMES[component], text)
+    return catalog_validate.parse_version(catalog_validate.COMPONENT_SCHEMES[component], text)
 
 
 def _version(component, text):
-    scheme = catalog_v2.COMPONENT_SCHEMES[component]
-    return catalog_v2.normalize_version_text(scheme, text)
+    scheme = catalog_validate.COMPONENT_SCHEMES[component]
+    return catalog_validate.normalize_version_text(scheme, text)
 
 
 def _score(vuln, product_ids, problems):
@@ -368,12 +370,12 @@ def _score(vuln, product_ids, problems):
     if chosen is None:
         raise CsafError("%s has no cvss_v3 score" % cve)
     score = chosen.get("baseScore")
-    if not catalog_v2.is_finite_number(score) or not 0 <= score <= 10:
-        raise CsafError("%s: cvss_v3.baseScore must be a number from 0 to 10, got %s" % (cve, catalog_v2.short(score)))
+    if not catalog_validate.is_finite_number(score) or not 0 <= score <= 10:
+        raise CsafError("%s: cvss_v3.baseScore must be a number from 0 to 10, got %s" % (cve, catalog_validate.short(score)))
     score = float(score)
     vector = _str(chosen.get("vectorString"), "%s cvss_v3.vectorString" % cve)
-    if not catalog_v2.CVSS_VECTOR_RE.match(vector):
-        raise CsafError("%s: CVSS vector %s does not parse" % (cve, catalog_v2.short(vector)))
+    if not catalog_validate.CVSS_VECTOR_RE.match(vector):
+        raise CsafError("%s: CVSS vector %s does not parse" % (cve, catalog_validate.short(vector)))
     if CVSS3 is not None:
         try:
             computed = float(CVSS3(vector).base_score)
@@ -432,16 +434,16 @@ def import_advisory(doc, path=None, verified=None):
     check_depth(doc)
     meta = doc["document"]
     if str(meta.get("csaf_version")) != "2.0":
-        raise CsafError("csaf_version is %s; this importer reads CSAF 2.0" % catalog_v2.short(meta.get("csaf_version")))
+        raise CsafError("csaf_version is %s; this importer reads CSAF 2.0" % catalog_validate.short(meta.get("csaf_version")))
     if meta.get("category") not in ("csaf_security_advisory", "csaf_vex", "csaf_base"):
-        raise CsafError("document category %s is not an advisory" % catalog_v2.short(meta.get("category")))
+        raise CsafError("document category %s is not an advisory" % catalog_validate.short(meta.get("category")))
     tracking = _obj(meta.get("tracking"), "document.tracking", optional=True)
     if not tracking.get("id"):
         raise CsafError("document.tracking.id is missing")
     if isinstance(tracking["id"], bool) or not isinstance(tracking["id"], (str, int)) \
             or not ADVISORY_ID.match(str(tracking["id"])):
         raise CsafError("document.tracking.id %s is not an advisory id (letters, digits, '.', '_', '-')"
-                        % catalog_v2.short(tracking["id"]))
+                        % catalog_validate.short(tracking["id"]))
     revision = tracking.get("version", "")
     if isinstance(revision, bool) or not isinstance(revision, (str, int)):
         raise CsafError("document.tracking.version must be a string, got %s" % _kind(revision))
@@ -464,7 +466,7 @@ def import_advisory(doc, path=None, verified=None):
         if not cve:
             raise CsafError("a vulnerability without a cve id")
         if not isinstance(cve, str) or not CVE_ID.match(cve):
-            raise CsafError("vulnerabilities[%d].cve %s is not a CVE id" % (n, catalog_v2.short(cve)))
+            raise CsafError("vulnerabilities[%d].cve %s is not a CVE id" % (n, catalog_validate.short(cve)))
         per_comp = {}
         product_status = _obj(vuln.get("product_status"), "%s product_status" % cve, optional=True)
         for status in ("known_affected", "last_affected", "fixed", "first_fixed"):
@@ -473,7 +475,7 @@ def import_advisory(doc, path=None, verified=None):
                 row = rows.get(pid) if isinstance(pid, str) else None
                 if row is None:
                     raise CsafError("%s: product_status.%s names %s, which the product_tree lacks"
-                                    % (cve, status, catalog_v2.short(pid)))
+                                    % (cve, status, catalog_validate.short(pid)))
                 component, branch = classify(row)
                 if component is None:
                     skipped.setdefault(pid, {"product_id": pid, "product": row.get("product"),
@@ -575,7 +577,7 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
         "title": "%s: %s" % (cve, advisory["title"]),
         "description": summary,
         "cves": [cve_obj],
-        "severity": catalog_v2.cvss_rating(score["base_score"]),
+        "severity": catalog_validate.cvss_rating(score["base_score"]),
         "affected": affected,
         "remediation": remediation,
     }
@@ -588,7 +590,7 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
     entry["sources"] = [{"url": u, "verified": _Quoted(verified),
                          "what": "CSAF 2.0 advisory %s revision %s, product_status and scores"
                          % (advisory["id"], advisory["revision"])} for u in urls]
-    catalog_v2.validate_entry(entry, catalog_v2.COMPONENT_SCHEMES[component])
+    catalog_validate.validate_entry(entry, catalog_validate.COMPONENT_SCHEMES[component])
     return entry
 
 
@@ -718,24 +720,22 @@ def plan_merge(directory, generated):
     ``changes`` maps each file to its new text (the old text with the new entries appended, or a
     new component file); ``lines`` says per component what happens. Entries whose id the
     catalog has are never rewritten. Before anything is written the merged catalog, every file
-    as it would be, goes through the audit's own reader (``catalog_v2.parse_document``) and
-    validator (``catalog_v2.validate_catalog``: schema rules in code, ranges, CVSS severities,
+    as it would be, goes through the audit's own reader (``catalog_load.parse_document``) and
+    validator (``catalog_validate.validate_catalog``: schema rules in code, ranges, CVSS severities,
     ids unique across files), each appended block must read back as exactly the new entries,
     and with ``jsonschema`` installed the documents go through the JSON schema too. Raises
-    catalog_v2.CatalogError (or OSError) when anything fails: then nothing may be written.
+    catalog_validate.CatalogError (or OSError) when anything fails: then nothing may be written.
     """
-    from ansible_collections.kubegpu.fleet.plugins.plugin_utils import driver_catalog_ctl
-
     texts = {}
-    for name in catalog_v2.catalog_files(directory):
+    for name in catalog_load.catalog_files(directory):
         path = os.path.join(directory, name)
         with open(path, "rb") as f:
             texts[path] = f.read().decode("utf-8")
-    current = dict((path, catalog_v2.parse_document(text, path)) for path, text in texts.items())
+    current = dict((path, catalog_load.parse_document(text, path)) for path, text in texts.items())
     try:
-        existing = catalog_v2.validate_catalog(list(current.values()))
-    except catalog_v2.CatalogError as exc:
-        raise catalog_v2.CatalogError("the catalog in %s is invalid before the merge: %s" % (directory, exc))
+        existing = catalog_validate.validate_catalog(list(current.values()))
+    except catalog_validate.CatalogError as exc:
+        raise catalog_validate.CatalogError("the catalog in %s is invalid before the merge: %s" % (directory, exc))
     have = set(e["id"] for e in existing)
     changes, appended, lines = {}, {}, []
     for component, entries in sorted(generated.items()):
@@ -747,7 +747,7 @@ def plan_merge(directory, generated):
         base = texts.get(target)
         if base is None:
             base = ("---\nschema_version: 2\ncomponent: %s\nversion_scheme: %s\nentries:\n"
-                    % (component, catalog_v2.COMPONENT_SCHEMES[component]))
+                    % (component, catalog_validate.COMPONENT_SCHEMES[component]))
         elif not base.endswith("\n"):
             base += "\n"
         block = dump_entries(new)
@@ -757,16 +757,16 @@ def plan_merge(directory, generated):
         lines.append("%s: appended %d entr%s" % (target, len(new), "y" if len(new) == 1 else "ies"))
     merged = dict(current)
     for path, text in changes.items():
-        doc = catalog_v2.parse_document(text, path)
+        doc = catalog_load.parse_document(text, path)
         before = (current.get(path) or {}).get("entries") or []
         after = doc.get("entries") if isinstance(doc, dict) else None
         if not isinstance(after, list) or _plain(after) != _plain(before) + _plain(appended[path]):
-            raise catalog_v2.CatalogError("%s: the appended entries do not read back as written (is the file's last "
+            raise catalog_validate.CatalogError("%s: the appended entries do not read back as written (is the file's last "
                                           "entry list the document's top-level 'entries'?)" % path)
         merged[path] = doc
     docs = [merged[path] for path in sorted(merged)]
-    catalog_v2.validate_catalog(docs)
-    driver_catalog_ctl.check_schema(docs, "merged catalog")
+    catalog_validate.validate_catalog(docs)
+    catalog_load.check_schema(docs, "merged catalog")
     return changes, lines
 
 
