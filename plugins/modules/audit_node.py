@@ -105,27 +105,6 @@ options:
       - Items that are catalog v2 documents (C(schema_version=2)) are also added to the bundled
         catalog v2 the findings are evaluated with.
     type: raw
-  sys_path:
-    description: Where the node's sysfs is mounted, for the PCI scan of gpu_facts.
-    type: path
-    default: /sys
-  xid:
-    description:
-      - Read the kernel log for Xid events (gpu_facts O(kubegpu.fleet.gpu_facts#module:xid)); the
-        newest 16 MiB of a larger log are scanned.
-      - A scan that could not read this boot's whole kernel log, or none of it, gives an
-        C(audit.module_failed) finding (evidence C(probe=gpu_facts), C(part=xid), C(error) the
-        warning in words) rather than a silent "no Xid".
-    type: bool
-    default: true
-  xid_timeout:
-    description: Seconds each kernel log source may take.
-    type: float
-    default: 10
-  kmsg_path:
-    description: The kernel ring buffer read when the journal holds no kernel messages.
-    type: path
-    default: /dev/kmsg
   node:
     description:
       - Kubernetes node name of the host, for the findings and C(kubegpu_audit.node). Defaults to
@@ -159,6 +138,7 @@ options:
     type: raw
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.gpu_hardware_scan
   - ansible.builtin.action_common_attributes.actiongroups
 attributes:
   check_mode:

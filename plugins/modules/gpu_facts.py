@@ -71,37 +71,6 @@ options:
       - A driver root that does not exist gives C(probe.status=absent).
     type: path
     default: /
-  sys_path:
-    description:
-      - Where the host's sysfs is mounted; NVIDIA GPUs on the PCI bus are read from
-        C(<sys_path>/bus/pci/devices) (vendor V(0x10de), display or 3D controller class) and
-        compared with the GPUs the driver lists (RV(ansible_facts.nvidia.presence)).
-    type: path
-    default: /sys
-  xid:
-    description:
-      - Read the kernel log of this boot for NVIDIA Xid events (C(journalctl -k -b), then
-        O(kmsg_path), then C(dmesg)), bounded by O(xid_timeout) and 16 MiB per source
-        (RV(ansible_facts.nvidia.xid)).
-      - A larger log keeps its newest 16 MiB, the records that matter. The journal is read
-        newest record first (C(journalctl -r)) and stopped at the bound, O(kmsg_path) and
-        C(dmesg) are read to their end keeping their last 16 MiB. What was not scanned (the
-        oldest part, records the kernel ring buffer had already overwritten, a source that
-        timed out), or that no source could be read at all, is said in
-        RV(ansible_facts.nvidia.xid.warning), as a module warning and, in the audit, as an
-        C(audit.module_failed) finding - never as "no Xid".
-    type: bool
-    default: true
-  xid_timeout:
-    description: Seconds each kernel log source may take (a finite number from 0.1 to 600).
-    type: float
-    default: 10
-  kmsg_path:
-    description:
-      - The kernel ring buffer read when the journal holds no kernel messages (read without
-        blocking). Empty skips it.
-    type: path
-    default: /dev/kmsg
   reset_state_path:
     description:
       - The record M(kubegpu.fleet.gpu_reset) keeps of the GPU resets of this boot. Xid events a
@@ -111,6 +80,7 @@ options:
     default: /var/lib/kubegpu/gpu-reset.json
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.gpu_hardware_scan
 attributes:
   check_mode:
     support: full

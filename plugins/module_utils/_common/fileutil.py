@@ -140,7 +140,8 @@ def _own_group_only(st):
     return st.st_gid == os.getegid() or st.st_gid in os.getgroups()
 
 
-def _file_kind(mode):
+def file_kind(mode):
+    """What a file that is not a regular file is, in words (``a FIFO``, ``a directory``...)."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISDIR, "a directory")):
@@ -344,7 +345,7 @@ class NodeFile(object):
         if stat.S_ISLNK(st.st_mode):
             self.detail = "a symlink owned by uid %d, not %s" % (st.st_uid, _trusted_words())
         elif not stat.S_ISREG(st.st_mode):
-            self.detail = "%s, not a regular file" % _file_kind(st.st_mode)
+            self.detail = "%s, not a regular file" % file_kind(st.st_mode)
         else:
             problem = _owner_mode_problem(st, what)
             if problem:

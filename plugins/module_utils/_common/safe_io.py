@@ -38,6 +38,8 @@ import stat
 import subprocess
 import time
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import file_kind
+
 DEFAULT_LIMIT = 4 << 20  # 4 MiB: far above any config/procfs file the collection reads
 MAX_TIMEOUT = 86400.0
 
@@ -65,15 +67,6 @@ class CommandTimeout(UnsafeInput):
 
 # --------------------------------------------------------------------------- files
 
-def _kind(mode):
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _open_checked(path, missing_ok=False, allow_char_device=False):
     """``(fd, stat)`` of ``path`` opened read-only without blocking, or ``(None, None)`` for a
     missing file when ``missing_ok``. Raises :class:`UnsafeInput` for a FIFO, socket, device
@@ -94,7 +87,7 @@ def _open_checked(path, missing_ok=False, allow_char_device=False):
         st = os.fstat(fd)
         regular = stat.S_ISREG(st.st_mode)
         if not regular and not (allow_char_device and stat.S_ISCHR(st.st_mode)):
-            raise UnsafeInput("%s is %s; refusing to read it" % (path, _kind(st.st_mode)))
+            raise UnsafeInput("%s is %s; refusing to read it" % (path, file_kind(st.st_mode)))
         if regular:
             # Regular files never block; clear O_NONBLOCK so NFS and friends read normally.
             try:

@@ -19,15 +19,16 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
     pynvml_available,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probe_options import GPU_FACTS
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import verdict as health_verdict
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.pci import compare_gpus, listed_bus_ids, scan_pci
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.reset import read_resets
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.xid import xid_report
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
-# Options of the hardware part and their defaults (audit_node passes the same names).
-HARDWARE_DEFAULTS = {"sys_path": "/sys", "xid": True, "xid_timeout": 10.0, "kmsg_path": "/dev/kmsg",
-                     "reset_state_path": "/var/lib/kubegpu/gpu-reset.json"}
+# Options of the hardware part (audit_node passes the same names); their defaults are
+# probe_options.GPU_FACTS'.
+HARDWARE_OPTIONS = ("sys_path", "xid", "xid_timeout", "kmsg_path", "reset_state_path")
 
 
 def read_uptime(proc_path="/proc"):
@@ -51,8 +52,7 @@ def judge_gpus(facts, uptime_s=None):
     return facts
 
 
-def hardware_facts(facts, sys_path="/sys", xid=True, xid_timeout=10.0, kmsg_path="/dev/kmsg",
-                   reset_state_path=None, proc_path="/proc"):
+def hardware_facts(facts, sys_path, xid, xid_timeout, kmsg_path, reset_state_path, proc_path):
     """Add ``pci``, ``xid`` and ``presence`` to the nvidia facts (in place), node side.
 
     ``presence`` compares the PCI bus with the driver's list only: the Node's
@@ -103,8 +103,8 @@ def gpu_facts_run(params, warn):
                              timeout=params["timeout"])
     except GpuFactsError as e:
         raise ProbeFailed(str(e))
-    hw = dict((k, params.get(k, v) if params.get(k) is not None else v)
-              for k, v in HARDWARE_DEFAULTS.items())
+    hw = dict((k, params[k] if params.get(k) is not None else GPU_FACTS[k]["default"])
+              for k in HARDWARE_OPTIONS)
     facts["uptime_s"] = read_uptime(params["proc_path"])
     judge_gpus(facts, facts["uptime_s"])
     hardware_facts(facts, proc_path=params["proc_path"], **hw)

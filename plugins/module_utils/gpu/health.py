@@ -52,23 +52,24 @@ class HealthParseError(ValueError):
 
 # --------------------------------------------------------------------------- XML
 
-def _text(elem, path):
-    """Stripped text at ``path``; None when missing, empty or longer than ``MAX_FIELD`` (no
-    nvidia-smi value is: a huge one is not believed, nor converted to a number)."""
+def element_text(elem, path, na_is_none=False):
+    """Stripped text at ``path`` under ``elem``; None when missing, empty, longer than
+    ``MAX_FIELD`` (no nvidia-smi value is: a huge one is not believed, nor converted to a
+    number) or, with ``na_is_none``, nvidia-smi's ``N/A``."""
     if elem is None:
         return None
     node = elem.find(path)
     if node is None or node.text is None:
         return None
     text = node.text.strip()
-    if len(text) > MAX_FIELD:
+    if not text or len(text) > MAX_FIELD or (na_is_none and text == "N/A"):
         return None
-    return text or None
+    return text
 
 
 def _count(elem, path):
     """Integer count at ``path``; None for N/A, missing or any non-number text."""
-    text = _text(elem, path)
+    text = element_text(elem, path)
     if text is None:
         return None
     try:
@@ -78,7 +79,7 @@ def _count(elem, path):
 
 
 def _yes_no(elem, path):
-    text = _text(elem, path)
+    text = element_text(elem, path)
     if text is None:
         return None
     low = text.lower()
@@ -203,17 +204,17 @@ def driver_action_text(text):
 
 
 def _banks(elem, path):
-    m = _BANKS_RE.match(_text(elem, path) or "")
+    m = _BANKS_RE.match(element_text(elem, path) or "")
     return int(m.group(1)) if m else None
 
 
 def _width(elem, path):
-    m = _WIDTH_RE.match(_text(elem, path) or "")
+    m = _WIDTH_RE.match(element_text(elem, path) or "")
     return int(m.group(1)) if m else None
 
 
 def _active(elem, path):
-    text = _text(elem, path)
+    text = element_text(elem, path)
     if text is None:
         return None
     if text == "Active":
@@ -241,7 +242,7 @@ def _xml_extras(gpu):
     fabric state of one <gpu> element (each None where the document does not carry it)."""
     ecc = gpu.find("ecc_errors")
     status = gpu.find("gpu_reset_status")
-    recovery_text = _text(gpu, "gpu_recovery_action")
+    recovery_text = element_text(gpu, "gpu_recovery_action")
     recovery = {"action": driver_action_text(recovery_text), "raw": recovery_text,
                 "reset_required": _yes_no(status, "reset_required"),
                 "drain_and_reset_recommended": _yes_no(status, "drain_and_reset_recommended")}
@@ -264,9 +265,9 @@ def _xml_extras(gpu):
     if all(v is None for v in pcie.values()):
         pcie = None
     fabric = None
-    state = _text(gpu, "fabric/state")
+    state = element_text(gpu, "fabric/state")
     if state is not None and state != "N/A":
-        fabric_status = _text(gpu, "fabric/status")
+        fabric_status = element_text(gpu, "fabric/status")
         fabric = {"state": state, "status": None if fabric_status in (None, "N/A") else fabric_status}
     return {"recovery": recovery, "repair": repair, "histogram": histogram, "pcie": pcie,
             "clocks_event_reasons": _xml_clock_reasons(gpu), "fabric": fabric}
@@ -284,9 +285,9 @@ def _xml_gpu(gpu, position):
     ecc = gpu.find("ecc_errors")
     out = {
         "index": position,
-        "bus_id": _text(gpu, "pci/pci_bus_id") or gpu.get("id"),
-        "uuid": _text(gpu, "uuid"),
-        "ecc_mode": _text(gpu, "ecc_mode/current_ecc"),
+        "bus_id": element_text(gpu, "pci/pci_bus_id") or gpu.get("id"),
+        "uuid": element_text(gpu, "uuid"),
+        "ecc_mode": element_text(gpu, "ecc_mode/current_ecc"),
         "remapped_rows": {
             "supported": remap_supported,
             "correctable": _count(remap, "remapped_row_corr") if remap_supported else None,
@@ -327,7 +328,7 @@ def parse_health_xml(text, max_bytes=MAX_XML):
     problems = []
     if attached is not None and attached != len(gpus):
         problems.append("nvidia-smi reports %d attached GPUs but describes %d" % (attached, len(gpus)))
-    return {"driver_version": _text(root, "driver_version"), "attached_gpus": attached,
+    return {"driver_version": element_text(root, "driver_version"), "attached_gpus": attached,
             "gpu_elements": len(gpus), "gpus": gpus, "problems": problems}
 
 

@@ -22,6 +22,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import (
     MAX_FIELD,
     MAX_XML,
     HealthParseError,
+    element_text,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import _document_root as document_root
 
@@ -90,17 +91,8 @@ def error_name(code):
 
 
 def _text(elem, path):
-    """Stripped text at ``path`` under elem, None when missing, empty, "N/A" or longer than
-    ``MAX_FIELD`` (no value nvidia-smi prints is)."""
-    if elem is None:
-        return None
-    node = elem.find(path)
-    if node is None or node.text is None:
-        return None
-    text = node.text.strip()
-    if not text or text == "N/A" or len(text) > MAX_FIELD:
-        return None
-    return text
+    """:func:`health.element_text`, ``N/A`` read as None (nothing to report)."""
+    return element_text(elem, path, na_is_none=True)
 
 
 def _attr(elem, name):

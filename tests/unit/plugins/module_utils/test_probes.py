@@ -152,11 +152,23 @@ def test_audit_options_take_the_probes_specs():
     assert set(probes.EVALUATION_OPTIONS) <= set(spec)
 
 
-def _documented_options(module):
-    with open(os.path.join(REPO, "plugins", "modules", module + ".py")) as f:
+def _doc_block(path, variable="DOCUMENTATION"):
+    with open(path) as f:
         text = f.read()
-    doc = text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0]
-    return yaml.safe_load(doc)["options"]
+    return yaml.safe_load(text.split('%s = r"""' % variable, 1)[1].split('"""', 1)[0])
+
+
+def _documented_options(module):
+    """The module's documented options with those of its kubegpu.fleet doc fragments, as
+    ansible-doc merges them."""
+    doc = _doc_block(os.path.join(REPO, "plugins", "modules", module + ".py"))
+    options = dict(doc["options"])
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        if fragment.startswith("kubegpu.fleet."):
+            name, _dot, variable = fragment[len("kubegpu.fleet."):].partition(".")
+            path = os.path.join(REPO, "plugins", "doc_fragments", name + ".py")
+            options.update(_doc_block(path, variable.upper() or "DOCUMENTATION")["options"])
+    return options
 
 
 @pytest.mark.parametrize("probe", probes.REGISTRY, ids=lambda p: p.name)
