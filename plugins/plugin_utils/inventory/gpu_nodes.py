@@ -216,8 +216,8 @@ def _addresses(status, problems):
         if ok:
             out.append({"type": kind, "address": address})
         else:
-            problems.append("an address that is not a valid %s ignored" % (kind if kind in _IP_TYPES + _HOSTNAME_TYPES
-                                                                            else "address type"))
+            known = kind if kind in _IP_TYPES + _HOSTNAME_TYPES else "address type"
+            problems.append("an address that is not a valid %s ignored" % known)
     return out
 
 

@@ -46,14 +46,14 @@ def fleet():
         "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
         "nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "success", POOL: "infer"}),
         ("InternalIP", "10.0.0.12"))
-    plain = node("gpu-plain", gpus=4)           # device plugin only: capacity, no GFD labels
-    del plain["metadata"]["labels"]["nvidia.com/gpu.present"]
-    plain = addressed(plain, ("InternalIP", "fd00::13"))
+    bare = node("gpu-plain", gpus=4)            # device plugin only: capacity, no GFD labels
+    del bare["metadata"]["labels"]["nvidia.com/gpu.present"]
+    bare = addressed(bare, ("InternalIP", "fd00::13"))
     no_ip = addressed(node("gpu-noip", gpus=2), ("Hostname", "gpu-noip"))
     cpu = addressed(node("cpu-0", gpus=0), ("InternalIP", "10.0.0.20"))
     hostile = addressed(node("gpu-hostile", labels={
         "nvidia.com/gpu.product": "A100;rm -rf /",                                   # not a label value
-        "nvidia.com/gpu.family": u"\u0430mpere",                                      # not ASCII
+        "nvidia.com/gpu.family": "\u0430mpere",                                      # not ASCII
         "nvidia.com/cuda.driver-version.full": "9" * 5000,                           # too long
         POOL: "{{ lookup('ansible.builtin.pipe', 'touch %s') }}" % PWNED,             # a template
         "nvidia.com/mig.config": "x" * 63,                                            # valid, long
@@ -66,7 +66,7 @@ def fleet():
             running_pod("agent-plain", "gpu-plain"),
             running_pod("other-on-noip", "gpu-noip", labels={"app": "something-else"}),
             running_pod("agent-cpu", "cpu-0")]
-    return [h100, a100, plain, no_ip, cpu, hostile,
+    return [h100, a100, bare, no_ip, cpu, hostile,
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubegpu-system"}}] + pods
 
 
@@ -168,9 +168,9 @@ def test_list_host_vars_are_the_nodes_gpu_facts(ansible, tmp_path, cluster_job):
     assert a100["driver_version"] == "535.104.05" and a100["cuda_version"] == "12.2" and a100["count"] is None
     assert a100["mig"] == {"mode": "enabled", "strategy": "mixed", "capable": True, "config": "all-1g.10gb",
                            "config_state": "success", "devices": {"1g.10gb": 7}}
-    plain = data["_meta"]["hostvars"]["gpu-plain"]
-    assert plain["ansible_host"] == "fd00::13" and plain["kubegpu_gpu"]["count"] == 4
-    assert plain["kubegpu_gpu"]["product"] is None and plain["kubegpu_gpu"]["evidence"] == ["resources"]
+    bare = data["_meta"]["hostvars"]["gpu-plain"]
+    assert bare["ansible_host"] == "fd00::13" and bare["kubegpu_gpu"]["count"] == 4
+    assert bare["kubegpu_gpu"]["product"] is None and bare["kubegpu_gpu"]["evidence"] == ["resources"]
 
 
 def test_hostile_labels_and_addresses_are_dropped_never_templated(ansible, tmp_path, cluster_job):
@@ -222,14 +222,14 @@ def test_address_modes(ansible, tmp_path, cluster_job, mode):
     warning = " ".join(run.stderr.split())
     assert ("left out node gpu-noip: no running pod of the agent (namespace kubegpu-system, selector "
             "app.kubernetes.io/name=kubegpu-node-agent) on it") in warning
-    reads = [r for r in proc.client.reads(resource="pods")]
-    assert reads and all(r.get("namespace") in (None, "kubegpu-system") for r in reads)
+    pod_reads = proc.client.reads(resource="pods")
+    assert len(pod_reads) == 1 and pod_reads[0]["namespace"] == "kubegpu-system"   # one page, one namespace
 
 
 def test_kubeconfig_and_context_options(ansible, tmp_path, cluster_job):
     """The file's own connection options: a kubeconfig path and its context, no K8S_AUTH_* at all."""
     proc, home = cluster_job
-    with open(proc.kubeconfig) as fh:
+    with open(proc.kubeconfig, encoding="utf-8") as fh:
         context = yaml.safe_load(fh)["contexts"][0]["name"]
     data = listed(inventory(ansible, tmp_path, home, {"kubeconfig": proc.kubeconfig, "context": context}, "--list"))
     assert hosts_of(data, "gpu_nodes") == ["gpu-a100-mig", "gpu-h100", "gpu-hostile", "gpu-plain"]
@@ -274,3 +274,33 @@ def test_a_playbook_runs_on_the_groups(ansible, tmp_path, cluster_job):
     assert res.task("facts", host="gpu-hostile")["msg"] == "gpu-hostile - -"
     assert res.task("os", host="gpu-hostile")["msg"] == "{{ lookup('ansible.builtin.pipe', 'touch %s') }}" % PWNED
     assert sorted(h for h in res.stats) == ["gpu-a100-mig", "gpu-h100", "gpu-hostile"]
+
+
+@pytest.mark.parametrize("config,messages", [
+    ({"address": "kubectl", "kubectl_namespace": "Bad_NS"}, ["address=kubectl needs kubectl_namespace"]),
+    ({"pool_label": "not a label/"}, ["pool_label 'not a label/' is not a Kubernetes label key"]),
+    ({"address": "ssh"}, ["Invalid value", "ssh", "address"]),   # ansible-core's choices check (wording varies)
+])
+def test_bad_options_fail_before_any_request(ansible, tmp_path, cluster_job, config, messages):
+    proc, home = cluster_job
+    run = inventory(ansible, tmp_path, home, config, "--list", k8s_auth=awx(proc))
+    out = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode != 0 and all(m in out for m in messages) and "Traceback" not in out
+    assert proc.client.reads(resource="nodes") == []
+
+
+def test_the_cache_serves_a_second_run_without_the_api(ansible, tmp_path, cluster_job):
+    """cache: true with the jsonfile cache: the first run reads the API (one page of Nodes), the second
+    reads nothing and gives the same inventory, the token is not in the cache; --flush-cache reads again."""
+    proc, home = cluster_job
+    cache_dir = tmp_path / "cache"
+    config = {"pool_label": POOL, "cache": True, "cache_plugin": "ansible.builtin.jsonfile",
+              "cache_connection": str(cache_dir), "cache_timeout": 3600}
+    first = listed(inventory(ansible, tmp_path, home, config, "--list", k8s_auth=awx(proc)))
+    assert len(proc.client.reads(resource="nodes")) == 1
+    cached = "".join(p.read_text() for p in cache_dir.iterdir())
+    assert "gpu-h100" in cached and proc.token not in cached
+    second = listed(inventory(ansible, tmp_path, home, config, "--list", k8s_auth=awx(proc)))
+    assert second == first and len(proc.client.reads(resource="nodes")) == 1
+    listed(inventory(ansible, tmp_path, home, config, "--list", "--flush-cache", k8s_auth=awx(proc)))
+    assert len(proc.client.reads(resource="nodes")) == 2
