@@ -91,27 +91,12 @@ def strip_package_revision(text):
     return text
 
 
-def parse_driver_version(text):
-    """Return a DriverVersion or raise ValueError naming the value."""
-    return DriverVersion(text)
-
-
 def driver_branch(text):
     """Branch number of a driver version string, or None when it does not parse."""
     try:
         return DriverVersion(text).branch
     except ValueError:
         return None
-
-
-def in_range(version, first=None, last=None):
-    """True when first <= version <= last (either bound may be None)."""
-    v = version if isinstance(version, DriverVersion) else DriverVersion(version)
-    if first is not None and v < (first if isinstance(first, DriverVersion) else DriverVersion(first)):
-        return False
-    if last is not None and v > (last if isinstance(last, DriverVersion) else DriverVersion(last)):
-        return False
-    return True
 
 
 class SemVer(_Ordered):

@@ -676,13 +676,3 @@ def lock_holders(locks, files):
             if (lk["major"], lk["minor"], lk["inode"]) == tuple(ident):
                 out.append({"path": path, "pid": lk["pid"], "kind": lk["kind"], "access": lk["access"]})
     return out
-
-
-LOCK_ERROR = re.compile(r"(Could not get lock|Unable to acquire the dpkg frontend lock|Failed to lock apt|"
-                        r"dpkg frontend lock was locked|is another process using it|"
-                        r"Waiting for process with pid \d+ to finish)", re.IGNORECASE)
-
-
-def is_lock_error(text):
-    """True when apt/dpkg/dnf output says the package manager lock was held."""
-    return bool(LOCK_ERROR.search(text or ""))

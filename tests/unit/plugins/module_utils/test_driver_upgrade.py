@@ -361,12 +361,6 @@ def test_lock_holders_of_a_real_lock(tmp_path):
     assert [(h["pid"], h["kind"]) for h in holders] == [(os.getpid(), "POSIX")]
 
 
-def test_lock_error_messages():
-    assert du.is_lock_error("E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 123 (python3)")
-    assert du.is_lock_error("Failed to lock apt for exclusive operation: Failed to lock directory /var/lib/apt/lists/")
-    assert not du.is_lock_error("E: Version '1' for 'x' was not found")
-
-
 # ---------------------------------------------------------------------------------------------
 # digits that are not ASCII ('²'.isdigit() is True but int('²') raises; dpkg and rpm know 0-9 only)
 # ---------------------------------------------------------------------------------------------
