@@ -4,10 +4,9 @@
 """Thin "run" helpers shared by the node modules and kubegpu.fleet.audit_node: common part.
 
 The helpers live in one small file per module (``<module>_run.py``), so each module ships
-only what it imports. Each helper holds the part of a module's ``main()`` that used to be
-inline: it takes the
+only what it imports. Each helper is the body of a module's ``main()``: it takes the
 module's options as a plain dict (plus ``run_command``/``get_bin_path``/``warn`` callables
-where the module used those of its AnsibleModule) and returns the result the module exits
+where it needs those of the module's AnsibleModule) and returns the result the module exits
 with, or raises ProbeFailed with the message (and extra result keys) the module fails with.
 gpu_facts, kubelet_facts, driver_guard, checkpoint_sync and cgroup_devices call them, so
 audit_node, which runs the same probes in one process, returns exactly what they return.

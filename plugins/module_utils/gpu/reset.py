@@ -22,7 +22,7 @@ rollout falls back to a reboot:
 After the reset the GPUs are read again and validated (listed, same UUID, nothing pending, the
 driver's recovery verdict None); a reset that fails or does not validate says so, and the
 caller reboots. Each reset is recorded (this boot's id and the monotonic time) in a state file
-written through the one write primitive, so that the Xid scan no longer counts the events the
+written through the one write primitive, so that the Xid scan does not count the events the
 reset cleared (xid.aggregate ``resets``).
 """
 from __future__ import absolute_import, division, print_function
