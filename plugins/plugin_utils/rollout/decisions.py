@@ -194,7 +194,6 @@ def failure_record(name, maintenance=None, reason=None, task=None, now=0, cordon
     return {"failure": failure, "active": active, "record": record, "msg": msg}
 
 
-
 # ------------------------------------------------------------------- the controller modules
 # One module per decision (plugins/action/rollout_*.py run these Actions): the options of that
 # decision only, the decision in ``decision`` and ``msg``, the host facts the role reads next.

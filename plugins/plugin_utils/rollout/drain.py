@@ -100,4 +100,3 @@ def drain_report(leftover, pdbs=None):
             % (b["pdb"], b["disruptionsAllowed"], b["currentHealthy"], b["desiredHealthy"], ", ".join(b["pods"]))
             for b in pdbs)
     return text
-

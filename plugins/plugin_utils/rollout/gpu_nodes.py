@@ -156,4 +156,3 @@ def budget_check(nodes, batch, max_unavailable):
                   ", ".join("%s (%s)" % (k, unavailable[k]) for k in sorted(unavailable)) or "none"))
     return {"ok": ok, "limit": limit, "gpu_nodes": len(gpu), "unavailable": unavailable,
             "batch": batch, "would_be": would_be, "msg": msg}
-

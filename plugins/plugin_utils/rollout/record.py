@@ -42,4 +42,3 @@ def parse_failure_annotation(text):
     except parse_bound.ParseError:
         return None
     return data if isinstance(data, dict) else None
-

@@ -96,4 +96,3 @@ def plugin_pod(pods, daemonsets=None, image_pattern="k8s-device-plugin"):
                 "running": status.get("phase") == "Running" and not gpu_nodes.object_meta(pod).get("deletionTimestamp"),
                 "mig_strategy": (strategy or "none").lower()}
     return {"found": False, "pod": None, "phase": None, "ready": False, "running": False, "mig_strategy": "none"}
-
