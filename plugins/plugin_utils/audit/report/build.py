@@ -10,6 +10,11 @@ summary, ``cves`` (``group_cves``: the ``security.*`` findings grouped across th
 (``catalog_state``: how current the known-bad catalog is). ``failing_findings`` picks the
 findings at or above ``fail_on``. Pure functions: nothing here touches the network or nodes.
 
+A finding's severity and title are the finding's own: a rule takes them from the finding table
+(``plugin_utils/audit/finding_types.py``) and may change them per instance from the evidence, so
+the report keeps what the node's audit said. Whether a finding is hands-on work reads the table
+(``is_hands_on``).
+
 Everything in a report may come from a node (names, finding text, evidence), so the document is
 strict JSON before any renderer sees it: ``json_safe`` turns values into strict JSON values (NaN
 and infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; lone surrogates
@@ -28,6 +33,7 @@ import re
 import yaml  # ansible-core depends on PyYAML: always there on a controller
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import cvss_rating
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
 
 SCHEMA_ID = "kubegpu.fleet/audit-report"
 SCHEMA_VERSION = 1
@@ -433,14 +439,23 @@ def _finding_order(f):
     return (-severity_rank(f["severity"]), f["id"])
 
 
+def is_hands_on(finding):
+    """True when ``finding`` is hardware work for a person: its type says so (the finding table's
+    ``hands_on``: a GPU to replace, a GPU off the bus), or its evidence does (``hands_on``: the
+    instance of a type whose remediation the evidence decides, an Xid NVIDIA says to investigate;
+    or a finding of a type this collection does not know)."""
+    row = TYPES.get(finding["id"])
+    if row is not None and row.hands_on:
+        return True
+    return isinstance(finding.get("evidence"), dict) and finding["evidence"].get("hands_on") is True
+
+
 def hands_on(nodes):
-    """Nodes with hardware work a person must do: findings whose evidence says ``hands_on``
-    (a GPU to replace, a GPU off the bus, an Xid NVIDIA says to investigate). The remediation
+    """Nodes with hardware work a person must do (``is_hands_on`` findings). The remediation
     leaves these nodes cordoned. ``[{"node", "findings", "work"}]`` sorted by node."""
     out = []
     for node in nodes:
-        picked = [f for f in node["findings"] if isinstance(f.get("evidence"), dict)
-                  and f["evidence"].get("hands_on") is True]
+        picked = [f for f in node["findings"] if is_hands_on(f)]
         if picked:
             out.append({"node": node["name"], "findings": [f["id"] for f in picked],
                         "work": [str((f.get("remediation") or {}).get("summary") or f["title"])

@@ -87,3 +87,15 @@ def test_report_without_hardware_findings_has_an_empty_list():
                              generated_at="2026-11-23T21:00:00Z")
     assert rep["summary"]["hands_on"] == []
     assert "Hands-on" not in markdown_format.render_markdown(rep) and 'id="hands-on"' not in html_format.render_html(rep)
+
+
+def test_a_hands_on_finding_type_is_hands_on_whatever_its_evidence_says():
+    """The finding table decides for gpu.rma and gpu.missing; gpu.xid's evidence decides per instance."""
+    findings = [{"id": "gpu.rma", "severity": "critical", "title": "replace a GPU", "evidence": {}},
+                {"id": "gpu.xid", "severity": "info", "title": "an Xid to reset", "evidence": {"hands_on": False}}]
+    nodes = [{"name": "gpu-%d" % n, "status": "audited", "findings": [f]} for n, f in enumerate(findings)]
+    nodes.append({"name": "gpu-9", "status": "audited", "findings": [dict(findings[1], evidence={"hands_on": True})]})
+    rep = build.build_report(nodes, generated_at="2026-11-23T21:00:00Z")
+    assert rep["summary"]["hands_on"] == [
+        {"node": "gpu-0", "findings": ["gpu.rma"], "work": ["replace a GPU"]},
+        {"node": "gpu-9", "findings": ["gpu.xid"], "work": ["an Xid to reset"]}]
