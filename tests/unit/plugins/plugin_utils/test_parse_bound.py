@@ -262,16 +262,12 @@ ALLOWED = {
     "plugins/plugin_utils/parse_bound.py": None,  # the bound itself
     # the edit's document model; edit() runs _edit only through parse_bound.toml_bounded (tested above)
     "plugins/plugin_utils/stack/toolkit_config.py": {"import tomlkit", "tomlkit.parse"},
-    # the collection's catalog files and the task's catalog_extra: the operator's data
-    "plugins/plugin_utils/catalog_v2.py": {"yaml.load"},
-    # the collection's own JSON schema and catalog files
-    "plugins/plugin_utils/driver_catalog_ctl.py": {"json.load", "yaml.load"},
+    # the collection's own catalog files and JSON schema
+    "plugins/plugin_utils/catalog/load.py": {"json.load", "yaml.load"},
     # the collection's own galaxy.yml / MANIFEST.json
-    "plugins/plugin_utils/report.py": {"json.load", "yaml.safe_load"},
+    "plugins/plugin_utils/audit/report/build.py": {"json.load", "yaml.safe_load"},
     # the Kubernetes API server's own response (the server validates and bounds objects)
     "plugins/plugin_utils/k8s/client.py": {"json.loads"},
-    # NVIDIA's CSAF bulletins, read by the operator's import script (size and depth checked there)
-    "plugins/plugin_utils/csaf_import.py": {"json.loads"},
 }
 
 
