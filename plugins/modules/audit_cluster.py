@@ -10,7 +10,7 @@ module: audit_cluster
 short_description: Build the per-node Kubernetes view the GPU audit needs
 version_added: 0.1.0
 description:
-  - Builds the per-node view used by M(kubegpu.fleet.audit_evaluate) - Ready and cordon
+  - Builds the per-node view used by M(kubegpu.fleet.audit_node) - Ready and cordon
     state, pods bound to the node that are Pending and whether any kubelet event exists for
     them, the device plugin pod's image and C(PASS_DEVICE_SPECS) - plus cluster-wide findings.
   - Without O(nodes) it reads the Kubernetes API itself, in the controller's task worker - Nodes,

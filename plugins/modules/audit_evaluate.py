@@ -7,8 +7,12 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: audit_evaluate
-short_description: Turn one GPU node's gathered facts into audit findings
+short_description: Turn one GPU node's gathered facts into audit findings (deprecated)
 version_added: 0.1.0
+deprecated:
+  removed_in: 1.0.0
+  why: M(kubegpu.fleet.audit_node) runs the probes and this evaluation in one task, and no role uses this module.
+  alternative: Use M(kubegpu.fleet.audit_node).
 description:
   - Evaluates the results of M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),
     M(kubegpu.fleet.driver_guard), M(kubegpu.fleet.checkpoint_sync) and
@@ -18,8 +22,8 @@ description:
   - Component versions are evaluated against the bundled catalog v2 (C(catalog/v2)) for the
     C(security.*) and C(defect.*) findings.
   - Runs on the controller only (no connection, no round trip to the node).
-  - M(kubegpu.fleet.audit_node) runs the probes and this evaluation in one task; this module is
-    for probe results gathered by separate tasks.
+  - Deprecated - M(kubegpu.fleet.audit_node) runs the probes and this evaluation in one task; this module
+    evaluates probe results gathered by separate tasks and is removed in 1.0.0.
   - Sets the fact C(kubegpu_audit) that M(kubegpu.fleet.audit_report) aggregates.
 options:
   node:
@@ -82,7 +86,7 @@ options:
         with the driver's full GPUs (GPUs in MIG mode excluded).
     type: int
   skip:
-    description: Finding ids not to report.
+    description: Finding ids not to report (the ids of the README's finding table; an unknown id fails the task).
     type: list
     elements: str
     default: []

@@ -18,8 +18,9 @@ description:
     M(kubegpu.fleet.checkpoint_sync) (O(kubegpu.fleet.checkpoint_sync#module:state=checked))
     M(kubegpu.fleet.cgroup_devices) and M(kubegpu.fleet.stack_facts) - with the same code and option defaults those modules use,
     and returns each probe's result under RV(probes) exactly as the module's task would have returned it.
-  - Then, in the same task and on the controller, evaluates the findings as M(kubegpu.fleet.audit_evaluate)
-    does (with the node's API view in O(api) and the bundled catalog v2) and sets the fact
+  - Then, in the same task and on the controller, evaluates the findings (every rule of the audit's rule
+    registry, C(plugins/plugin_utils/audit/rules/), with the node's API view in O(api) and the bundled
+    catalog v2; the finding ids are listed in the collection's README) and sets the fact
     C(kubegpu_audit) that M(kubegpu.fleet.audit_report) aggregates. The C(kubegpu.fleet.audit) role
     needs one task execution per node.
   - The probes are chained by the registry. driver_guard gets the driver and kernel module
@@ -113,24 +114,32 @@ options:
   api:
     description:
       - This node's entry of the view from M(kubegpu.fleet.audit_cluster)
-        (C(kubegpu_cluster.cluster.nodes[node])), as M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:api).
+        (C(kubegpu_cluster.cluster.nodes[node])): Ready and cordon state, pods Pending on the node, the
+        device plugin and the NVIDIA components running there.
     type: dict
     default: {}
   pending_threshold:
-    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:pending_threshold).
+    description: Seconds a pod bound to the node may stay Pending without kubelet events before
+      the node counts as no longer admitting pods. Must not be negative.
     type: int
     default: 300
   memory_min_fraction:
-    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:memory_min_fraction).
+    description: Fraction of the GKE-ladder recommendation below which the kubelet memory
+      reservation is reported as too small. A finite number, not negative.
     type: float
     default: 0.8
   skip:
-    description: Finding ids not to report.
+    description: Finding ids not to report (the ids of the README's finding table; an unknown id fails the task).
     type: list
     elements: str
     default: []
   expected_gpus:
-    description: As M(kubegpu.fleet.audit_evaluate) O(kubegpu.fleet.audit_evaluate#module:expected_gpus).
+    description:
+      - GPUs the inventory says this node has (the audit role passes C(kubegpu_expected_gpus),
+        typically set per inventory group). Fewer on the PCI bus and in the driver's list raise
+        C(gpu.missing). Unset - not checked.
+      - The node's advertised C(nvidia.com/gpu) (allocatable, from O(api)) is always compared
+        with the driver's full GPUs (GPUs in MIG mode excluded).
     type: int
   _catalog:
     description:
@@ -157,15 +166,15 @@ notes:
   - The C(kubegpu.fleet.audit) role uses this module (one task per node).
   - The journal scan of kubelet_facts and every other option of the five modules keep their
     module defaults (C(plugins/module_utils/audit/probe_options.py)).
-  - To run the probes as separate tasks, chain the five modules as the registry does and pass
-    their results to M(kubegpu.fleet.audit_evaluate).
+  - It replaces M(kubegpu.fleet.audit_evaluate) (deprecated), which evaluates probe results gathered
+    by separate tasks.
 seealso:
   - module: kubegpu.fleet.gpu_facts
   - module: kubegpu.fleet.kubelet_facts
   - module: kubegpu.fleet.driver_guard
   - module: kubegpu.fleet.checkpoint_sync
   - module: kubegpu.fleet.cgroup_devices
-  - module: kubegpu.fleet.audit_evaluate
+  - module: kubegpu.fleet.audit_report
 """
 
 EXAMPLES = r"""
@@ -258,15 +267,14 @@ elapsed:
   type: dict
   sample: {gpu_facts: 0.021, kubelet_facts: 0.004, driver_guard: 0.03, checkpoint_sync: 0.001, cgroup_devices: 0.01}
 findings:
-  description: Findings for the node (id, severity, title, evidence, remediation, references), as
-    M(kubegpu.fleet.audit_evaluate) returns them.
+  description: Findings for the node (id, severity, title, evidence, remediation, references).
   returned: always
   type: list
   elements: dict
 ansible_facts:
   description:
     - C(kubegpu_audit) with C(node), C(status) (C(audited) or C(unreachable)), C(findings) and,
-      for an unreachable node, C(error) - what M(kubegpu.fleet.audit_evaluate) sets.
+      for an unreachable node, C(error); M(kubegpu.fleet.audit_report) aggregates it.
     - C(nvidia) and C(kubelet), as M(kubegpu.fleet.gpu_facts) and M(kubegpu.fleet.kubelet_facts)
       set them, when those probes succeeded (set by the action plugin on the controller).
   returned: always

@@ -10,7 +10,7 @@ module: remediation_plan
 short_description: Decide which fixes one GPU node's audit findings call for
 version_added: 0.2.0
 description:
-  - Turns the C(kubegpu_audit) fact that M(kubegpu.fleet.audit_evaluate) set for a node into a
+  - Turns the C(kubegpu_audit) fact that M(kubegpu.fleet.audit_node) set for a node into a
     remediation plan, the way the C(kubegpu.fleet.remediate) playbook uses it.
   - The plan names the roles to run (C(driver), C(kubelet), C(device_plugin)) with the variables
     the findings' remediation gives, whether the node must be drained first (driver packages,
@@ -26,7 +26,8 @@ options:
     type: dict
     required: true
   skip_findings:
-    description: Finding ids to leave alone on this node.
+    description: Finding ids to leave alone on this node (the ids of the README's finding table; an unknown
+      id fails the task).
     type: list
     elements: str
     default: []

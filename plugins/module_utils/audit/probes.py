@@ -35,7 +35,7 @@ A probe entry (:class:`Probe`):
     The probe's result dict; raise ProbeFailed to fail. ``host`` gives ``warn(msg)``,
     ``run_command`` and ``get_bin_path`` (an AnsibleModule does).
 ``ctx_key``, ``facts``
-    Where the controller-side evaluation (plugin_utils/findings.py ``evaluate_node``) finds
+    Where the controller-side evaluation (plugin_utils/audit/evaluate.py ``evaluate_node``) finds
     the probe's output: ``ctx[ctx_key]`` is ``result["ansible_facts"][facts]`` when ``facts``
     is set (and the action plugin sets that fact on the host), else the whole result; ``{}``
     when the probe failed or was skipped. A failed probe's message goes to ``ctx["errors"]``.

@@ -13,7 +13,8 @@ the remediation treats it:
 - ``drain``: the fix changes what running GPU pods depend on (driver files, the device
   checkpoint, device cgroups of existing containers) or needs a reboot: the node is drained first
   and goes through the rolling_reboot window;
-- ``reboot``: a reboot is needed whatever role runs (the kernel module must change);
+- ``reboot``: the fix ends with a reboot (the kernel module changes: a driver fix, or the reboot
+  is the fix);
 - ``gpu_reset``: acted on by what the evidence says (:func:`..remediation.plan.gpu_disposition`):
   a GPU reset (the reboot its fallback), a reboot, hands-on work or nothing;
 - ``hands_on``: hardware a person must handle (replace or reseat a GPU): the node is cordoned
@@ -98,15 +99,16 @@ def _catalog_rows():
             title = ("%s affected by published security advisories" % product if kind == "security"
                      else "%s release with a known defect" % product)
             rows.append(_row("%s.%s" % (kind, component), "info", title, scope=scope, role=role,
-                             drain=bool(drains) and kind == "security", manual=drains is None))
+                             drain=bool(drains) and kind == "security", reboot=bool(drains) and kind == "security",
+                             manual=drains is None))
     return rows
 
 
 _ROWS = [
     _row("driver.known_bad", "critical", "Known-bad NVIDIA driver for this node's conditions",
-         references=REF_R570, role="driver", drain=True),
+         references=REF_R570, role="driver", drain=True, reboot=True),
     _row("driver.at_risk", "warning", "NVIDIA driver affected by a known bug whose trigger is absent today",
-         references=REF_R570, role="driver", drain=True),
+         references=REF_R570, role="driver", drain=True, reboot=True),
     _row("driver.version_mismatch", "critical",
          "NVIDIA userspace and kernel module versions differ (reboot pending)",
          role="rolling_reboot", drain=True, reboot=True),
@@ -160,6 +162,7 @@ _ROWS = [
     _row("gpu.fabric", "critical", "GPU not registered with the NVLink fabric", references=REF_FM, manual=True),
     _row("nvswitch.sxid", "info", "NVSwitch SXid errors in the kernel log since boot", references=REF_FM,
          role="rolling_reboot", drain=True, gpu_reset=True),
+    # the fabric manager package alone moves to the driver's version and its service restarts: no reboot
     _row("fabricmanager.version_mismatch", "critical", "Fabric manager version differs from the driver's on an "
          "NVSwitch system (CUDA fails with error 802)", role="driver"),
 ] + _catalog_rows() + [
@@ -220,7 +223,7 @@ def markdown_table():
     """The README's finding table (one line per row, between README_BEGIN and README_END)."""
     lines = [README_BEGIN, "| finding | severity | scope | title | fixed by |", "| --- | --- | --- | --- | --- |"]
     for row in TYPES.values():
-        lines.append("| `%s` | %s | %s | %s | %s |" % (row.id, row.severity, row.scope, row.title.replace("|", "\\|"),
-                                                     _fixed_by(row)))
+        title = row.title.replace("|", "\\|")
+        lines.append("| `%s` | %s | %s | %s | %s |" % (row.id, row.severity, row.scope, title, _fixed_by(row)))
     lines.append(README_END)
     return "\n".join(lines) + "\n"

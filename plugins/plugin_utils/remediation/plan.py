@@ -21,10 +21,6 @@ XID_HANDS_ON_ACTIONS = ("investigate",)
 # Findings acted on together: the drained node's device plugin pod is restarted first, so the
 # pods the drain replaces get every device.
 CGROUP_FINDINGS = frozenset(("cgroup.devices_missing", "cgroup.uvm_tools_missing"))
-# Driver findings whose fix reboots the node (which restarts the kubelet too); a fabric manager
-# that alone differs from the driver is installed and restarted without a reboot.
-DRIVER_REBOOT_FINDINGS = frozenset(("driver.known_bad", "driver.at_risk", "nvml.hung", "security.driver",
-                                    "security.fabric-manager"))
 
 
 def _flagged(ids, flag):
@@ -225,6 +221,7 @@ def plan_node(audit, skip_findings=()):
         return plan
     plan["drain"] = bool(_flagged(ids_set, "drain"))
     plan["wedged"] = bool(_flagged(ids_set, "wedged"))
+    # a driver fix reboots the node (which restarts the kubelet too); so does a GPU finding whose evidence asks for it
     plan["reboot"] = bool(_flagged(ids_set, "reboot")) or reboot_by_gpu
     acted = [f for f in audit.get("findings") or [] if isinstance(f, dict) and f.get("id") in ids_set]
     plan["reboot_reasons"] = gpu_reasons(acted)
@@ -232,8 +229,6 @@ def plan_node(audit, skip_findings=()):
         rr = roles.pop("rolling_reboot")
         if rr.get("kubegpu_reboot") == "needed":
             plan["reboot"] = True
-    if "driver" in roles:
-        plan["reboot"] = plan["reboot"] or bool(ids_set & DRIVER_REBOOT_FINDINGS)
     if reset_findings and not plan["reboot"]:
         # The drained node's GPUs are reset (kubegpu.fleet.gpu_reset); a reboot only if that is
         # refused or fails. A reboot the plan needs anyway resets every GPU: no separate reset.
