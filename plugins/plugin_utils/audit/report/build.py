@@ -33,6 +33,7 @@ import re
 import yaml  # ansible-core depends on PyYAML: always there on a controller
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import cvss_rating
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_list, dict_items
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
 
 SCHEMA_ID = "kubegpu.fleet/audit-report"
@@ -355,13 +356,9 @@ def _source_urls(sources):
     return out
 
 
-def _list(value):
-    return value if isinstance(value, list) else []
-
-
 def _cve_ids(value):
     """The CVE ids in a list (``CVE-2025-23266``); anything else in it is ignored."""
-    return [c for c in _list(value) if isinstance(c, str) and CVE_ID.match(c)]
+    return [c for c in as_list(value) if isinstance(c, str) and CVE_ID.match(c)]
 
 
 def group_cves(findings):
@@ -383,7 +380,7 @@ def group_cves(findings):
         ev = f["evidence"]
         component = ev.get("component") if isinstance(ev.get("component"), str) else f["id"][len(SECURITY_PREFIX):]
         version = ev.get("version") if isinstance(ev.get("version"), str) else None
-        advisories = [a for a in _list(ev.get("advisories")) if isinstance(a, dict)]
+        advisories = dict_items(ev.get("advisories"))
         cves = _cve_ids(ev.get("cves"))
         for adv in advisories:
             cves += [c for c in _cve_ids(adv.get("cves")) if c not in cves]
