@@ -7,13 +7,13 @@ clear ``msg``, the files the task was pointed at intact by sha256, nothing writt
   credential, control-character and bidi URLs, NaN and infinite CVSS scores, a 1 MB string,
   deep nesting, every one refused on the controller with ``invalid catalog_extra: ...`` (by the
   JSON schema where jsonschema is installed, else by the same rules in code:
-  tests/unit/test_catalog_hostile.py runs them without jsonschema).
+  tests/unit/plugins/module_utils/catalog/test_catalog_validate_hostile.py runs them without jsonschema).
 * ``audit_report``: hosts whose audit records carry hostile node names, finding ids, titles,
   evidence (NaN, Infinity, 1 MB), references (javascript: URLs) and errors; the four files
   must parse with independent parsers into exactly the template's structure
   (``lib.report_checks``), and promtool must accept the metrics.
 
-The CSAF importer's corpus is tests/unit/test_csaf_import_hostile.py (a maintainer script, run
+The CSAF importer's corpus is tests/unit/scripts/kubegpu_csaf/test_csaf_import_hostile.py (a maintainer script, run
 through its CLI there); the renderers' unit corpus is tests/lib/report_corpus.py, run by
 tests/unit/plugins/plugin_utils/audit/report/test_*_format.py.
 """

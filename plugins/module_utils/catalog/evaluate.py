@@ -193,9 +193,3 @@ def _result(entry, component, version, item, reasons, unknown):
         "mitigation": entry.get("mitigation"),
         "sources": [s["url"] for s in entry.get("sources") or []],
     }
-
-
-def evaluate_many(entries, components, facts=None):
-    """``components``: {component: version}; returns {component: evaluate(...)} for each."""
-    return {comp: evaluate(entries, comp, ver, facts) for comp, ver in sorted(components.items())
-            if ver is not None}

@@ -430,16 +430,6 @@ def evaluate(entries, node, origin=None, skip=()):
     return result
 
 
-def fixed_releases(entries):
-    """Every first-fixed driver version of the driver defects (for driver_upgrade_plan)."""
-    out = []
-    for e in driver_defects(entries):
-        for item in e["affected"]:
-            if item.get("branch") and item.get("fixed"):
-                out.append(item["fixed"])
-    return out
-
-
 def reboot_pending(driver_version, kernel_module_version):
     """True when installed userspace and loaded kernel module differ; None when either is unknown."""
     if not driver_version or not kernel_module_version:

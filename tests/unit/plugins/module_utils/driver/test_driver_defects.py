@@ -323,13 +323,6 @@ def test_evaluate_does_not_mutate_the_catalog(driver_doc):
     assert driver_doc == before
 
 
-def test_fixed_releases_are_the_defect_fixes(entries):
-    fixes = dc.fixed_releases(entries)
-    assert "570.172.08" in fixes and "580.65.06" in fixes
-    # security floors (e.g. bulletin 5670's 570.172.08 is shared, 5703's 570.195.03 is not) stay out
-    assert "570.195.03" not in fixes
-
-
 def test_parse_component_version():
     p = dc.parse_component_version
     assert p("1.14.6-1") == p("1.14.6") == p("v1.14.6")

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import node_audit
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import driver_guard
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import module_args
@@ -91,15 +92,18 @@ def test_an_unreadable_bundled_catalog_is_reported_for_both_uses(fresh, tmp_path
 
 
 class NodeDouble(object):
-    """The part of runner.Task the driver_guard work uses: the module runs 'on the node' and
-    echoes its arguments in ``invocation``, as Ansible's modules do."""
+    """The part of runner.Task the actions' work uses: the module runs 'on the node' and answers
+    ``result`` with its arguments echoed in ``invocation``, as Ansible's modules do."""
 
-    def __init__(self):
+    hostname = "gpu-node-1"
+
+    def __init__(self, result=None):
         self.calls = []
+        self.result = result or {"changed": False, "verdict": "ok"}
 
     def module(self, name, args):
         self.calls.append((name, args))
-        return {"changed": False, "verdict": "ok", "invocation": {"module_args": dict(args)}}
+        return dict(self.result, invocation={"module_args": dict(args)})
 
 
 def test_driver_guard_sends_the_catalog_and_redacts_it(fresh):
@@ -121,3 +125,13 @@ def test_driver_guard_refuses_before_the_node(fresh, args, message):
     with pytest.raises(runner.ActionFailed, match=message):
         driver_guard.run_driver_guard(node, args)
     assert node.calls == []
+
+
+def test_audit_node_loads_the_catalog_once_for_the_node_and_the_evaluation(fresh):
+    # a node whose module crashed: every probe in error, the node still evaluated (with the catalog)
+    node = NodeDouble({"failed": True, "msg": "MODULE FAILURE", "module_stderr": "Traceback"})
+    result = node_audit.audit_node(node, {"catalog_extra": EXTRA})
+    (name, sent), = node.calls
+    assert name == "kubegpu.fleet.audit_node" and sent["_catalog"][0]["component"] == "driver"
+    assert result["ansible_facts"]["kubegpu_audit"]["node"] == "gpu-node-1"
+    assert _loads(fresh) == {"bundled": 1, "extra": 1}
