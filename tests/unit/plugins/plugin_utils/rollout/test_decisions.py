@@ -30,7 +30,7 @@ def test_start_without_node_with_skip_label_or_already_drained():
     assert decisions.start_maintenance({}, "gone")["exists"] is False
     assert "no Node gone" in decisions.start_maintenance({}, "gone")["msg"]
     skip = decisions.start_maintenance(node("n1", labels={"kubegpu.io/maintenance": "later"}), "n1",
-                                skip_label="kubegpu.io/maintenance")
+                                       skip_label="kubegpu.io/maintenance")
     assert skip["skip"] is True and skip["cordon"] is False and "labelled kubegpu.io/maintenance" in skip["msg"]
     running = {"active": True, "drained": True, "was_unschedulable": False}
     already = decisions.start_maintenance(node("n1"), "n1", running)
@@ -66,7 +66,7 @@ GOOD_API = {"plugin": {"found": True, "pod": "kube-system/plugin-x", "phase": "R
 
 def test_validation_verdict_passes_and_records_the_reboot():
     out = decisions.validation_verdict("n1", GOOD_CHECKS, GOOD_API, "570.172.08", 600, {"active": True},
-                                {"boot_id": "b2", "reasons": ["sentinel /run/reboot-required"]})
+                                       {"boot_id": "b2", "reasons": ["sentinel /run/reboot-required"]})
     assert out["ok"] is True and out["reasons"] == []
     assert out["msg"].startswith("n1 validated: NVML ok, driver 570.172.08")
     assert out["record"]["rebooted"] is True and out["record"]["new_boot_id"] == "b2"

@@ -57,13 +57,13 @@ def test_a_whole_maintenance_validates_at_every_step(validator):
     validator.validate(fact(start["record"]))
 
     drained = decisions.drain_verdict("gpu-1", [PLUGIN, pod("job-a", deleting=True)], accept_terminating=True,
-                               maintenance=start["record"], timeout=600)
+                                      maintenance=start["record"], timeout=600)
     assert drained["ok"] is True and drained["record"]["terminating_accepted"] == ["gpu-jobs/job-a"]
     validator.validate(fact(drained["record"]))
 
     api = node_api.validated_check(node(boot="boot-2"), [PLUGIN], [], drained["record"]["allocatable"])
     valid = decisions.validation_verdict("gpu-1", CHECKS_OK, api, "570.172.08", 600, drained["record"],
-                                  {"boot_id": "boot-2", "reasons": ["sentinel /run/reboot-required"]})
+                                         {"boot_id": "boot-2", "reasons": ["sentinel /run/reboot-required"]})
     assert valid["ok"] is True and valid["record"]["validation"]["resources"]["rule"] == "unchanged"
     validator.validate(fact(valid["record"]))
 
@@ -75,10 +75,10 @@ def test_a_whole_maintenance_validates_at_every_step(validator):
 def test_failures_resumes_and_mig_validation_validate(validator):
     # resumed from the annotation an earlier run left on a node an operator had cordoned
     saved = record.maintenance_annotation({"was_unschedulable": True, "boot_id": "boot-0",
-                                       "allocatable": {"nvidia.com/gpu": 2}, "started": 1600000000,
-                                       "by": decisions.ROLE})
+                                           "allocatable": {"nvidia.com/gpu": 2}, "started": 1600000000,
+                                           "by": decisions.ROLE})
     resumed = decisions.start_maintenance(node(cordoned=True, annotations={"kubegpu.io/maintenance": saved}), "gpu-1",
-                                   {}, now=1700000000)
+                                          {}, now=1700000000)
     assert resumed["record"]["resumed"] is True and resumed["record"]["started"] == 1600000000
     validator.validate(fact(resumed["record"]))
 
@@ -86,7 +86,7 @@ def test_failures_resumes_and_mig_validation_validate(validator):
     stuck = decisions.drain_verdict("gpu-1", [pod("job-b")], maintenance=resumed["record"], timeout=5)
     assert stuck["ok"] is False
     failed = decisions.failure_record("gpu-1", stuck["record"], "drain timed out", "Drain", now=1700000100,
-                               cordon={"changed": True}, run="ctl/4711-99")
+                                      cordon={"changed": True}, run="ctl/4711-99")
     assert failed["active"] is True and failed["failure"]["run"] == "ctl/4711-99"
     validator.validate(fact(failed["record"]))
 
@@ -106,7 +106,7 @@ def test_failures_resumes_and_mig_validation_validate(validator):
     assert verdict["ok"] is True and verdict["record"]["validation"]["resources"]["rule"] == "mig_strategy"
     validator.validate(fact(verdict["record"]))
     hung = decisions.validation_verdict("gpu-1", {"nvidia": {"probe": {"status": "hung", "error": "timeout"}}}, {},
-                                 "570.172.08", 600, {"active": True})
+                                        "570.172.08", 600, {"active": True})
     assert hung["ok"] is False
     validator.validate(fact(hung["record"]))
 

@@ -20,7 +20,7 @@ def test_expected_resources_under_each_mig_strategy():
     assert validation.expected_resources({"gpus": [gpu(), gpu()]}, "none") == {"nvidia.com/gpu": 2}
     assert validation.expected_resources(R570, "none") == {"nvidia.com/gpu": 2}
     assert validation.expected_resources(R570, "mixed") == {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 1,
-                                                    "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2}
+                                                            "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2}
     assert validation.expected_resources(R570, "single") is None   # the plugin refuses a mixed layout
     all_mig = {"gpus": [gpu(["1g.10gb"] * 7), gpu(["3g.40gb", "3g.40gb"])]}
     assert validation.expected_resources(all_mig, "single") == {"nvidia.com/gpu": 9}
