@@ -16,16 +16,25 @@ description:
     P(kubegpu.fleet.rolling_reboot#role) uses it for O(mode=needed).
   - "Pending reasons: a reboot sentinel exists (O(sentinels); Ubuntu's update-notifier, kured and
     the C(kubegpu.fleet.driver) role write C(/run/reboot-required)); the installed NVIDIA driver
-    differs from the loaded kernel module (M(kubegpu.fleet.driver_guard) in audit state); a newer
-    kernel than the running one is installed in O(boot_path); an earlier role of the play set
-    O(required)."
+    differs from the loaded kernel module (M(kubegpu.fleet.driver_guard) in audit state); the boot
+    loader's next boot starts another kernel than the running one; the distribution says a reboot
+    is required (C(dnf needs-restarting -r); needrestart's kernel status where the boot loader's
+    answer is unknown); an earlier role of the play set O(required)."
+  - "The kernel the next boot starts is asked of the boot loader (M(kubegpu.fleet.boot_facts) on
+    the node: GRUB's C(grubenv) and C(grub.cfg) default with its submenus, the RHEL family's BLS
+    entries with grubby's C(saved_entry) and C(grubby --default-kernel), systemd-boot). A default
+    entry of another kernel is a reason whatever its flavour (a newer C(6.8.0-1015-nvidia) set as
+    default beside a running C(6.8.0-50-generic)); a default entry of the running kernel is none,
+    even with a newer kernel installed (the reason says a reboot would start the running kernel
+    again). Where the boot loader's answer is unknown the installed kernels decide, as below, and
+    the reason says so."
   - Installed kernels are the C(vmlinuz-<release>) files of O(boot_path) as Debian, Ubuntu and
     RHEL-family systems install them. The C(vmlinuz)/C(vmlinuz.old) symlinks, RHEL's
     C(vmlinuz-0-rescue-<machine-id>), C(.hmac) files and package manager leftovers never count.
     Releases compare segment by segment with numbers as numbers (C(6.1.0-27) is newer than
     C(6.1.0-9)), and only kernels of the running kernel's flavour (C(amd64), C(generic),
-    C(x86_64)) are compared with it. A node whose newest installed kernel is the running one
-    needs nothing.
+    C(x86_64)) are compared with it (the fallback when the boot loader's answer is unknown). A
+    node whose newest installed kernel is the running one needs nothing.
   - O(node) (the Node object from the API) tells whether an earlier run left a maintenance open
     (annotation O(annotation)); that is returned as RV(need.resume).
   - Sets the fact C(kubegpu_rolling_reboot_need) (RV(need)). Never changes anything.
@@ -43,7 +52,7 @@ options:
     elements: str
     default: [/run/reboot-required, /var/run/reboot-required]
   check_kernel:
-    description: Compare the installed kernels in O(boot_path) with the running one.
+    description: Compare the kernel the boot loader starts next (else the installed kernels in O(boot_path)) with the running one, and ask the distribution's tools.
     type: bool
     default: true
   check_driver:
@@ -106,7 +115,7 @@ attributes:
     support: none
   platform:
     platforms: posix
-    details: Runs ansible.builtin.find, ansible.builtin.slurp and kubegpu.fleet.driver_guard (audit) on the node; decides on the controller.
+    details: Runs ansible.builtin.find, ansible.builtin.slurp, kubegpu.fleet.boot_facts and kubegpu.fleet.driver_guard (audit) on the node; decides on the controller.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 author:
@@ -153,7 +162,9 @@ need:
       description: O(planned).
       type: bool
     kernel:
-      description: "The kernel comparison: C(pending), C(running), C(installed) (newest first), C(compared), C(newest), C(reason)."
+      description: "The kernel comparison: C(pending), C(running), C(installed) (newest first), C(compared), C(newest), C(reason);
+        with the boot loader asked, C(next_kernel), C(loader), C(entry), C(once), C(how), C(basis) (V(boot loader) or V(/boot)),
+        C(notes)."
       type: dict
     driver:
       description: "The driver comparison: C(pending), C(driver_version), C(kernel_module_version), C(reason)."

@@ -23,6 +23,25 @@ leftovers and symlinks named otherwise never do. Releases are compared segment b
 numbers as numbers (``6.1.0-27`` is newer than ``6.1.0-9``, ``5.15.0-105-generic`` than
 ``5.15.0-97-generic``), and only kernels of the running kernel's flavour are compared with it
 (a ``lowlatency`` kernel installed beside the running ``generic`` one is not an update of it).
+
+That comparison is the fallback. What a node boots next is its boot loader's default entry, not
+the newest file, so the kernel decision asks the boot loader first (kubegpu.fleet.boot_facts on
+the node: GRUB's grubenv and grub.cfg, the BLS entries with grubby, systemd-boot):
+
+* the default entry starts another kernel than the running one: a reboot is pending, whatever
+  the flavour (``6.8.0-1015-nvidia`` set as default beside a running ``6.8.0-50-generic``) and
+  also when the entry's kernel is older (an operator pinned it);
+* the default entry starts the running kernel: no kernel reason, even where a newer kernel is
+  installed; the reason says that a reboot would start the running kernel again;
+* the boot loader's answer is unknown (no state found, unreadable, an entry without a kernel
+  release): the ``/boot`` comparison above decides, and the reason says so.
+
+The distribution's own answers come as further reasons: ``dnf needs-restarting -r`` saying a
+reboot is required (core libraries as well as the kernel); needrestart's kernel status (an ABI or
+version upgrade pending) where the boot loader's answer is unknown; where the boot loader's
+default is the running kernel, needrestart's expected kernel (the newest image, its heuristic) is
+noted, not counted, since a reboot would not start it. ``/run/reboot-required.pkgs`` names the
+packages behind the sentinel.
 """
 from __future__ import annotations
 
@@ -144,6 +163,105 @@ def kernel_check(running, entries):
     return out
 
 
+BOOT_HOW_ITEMS = 20
+BOOT_TEXT_CHARS = 300
+
+
+def _node_text(value, limit=BOOT_TEXT_CHARS):
+    """A string from the node's boot_facts result, cut to ``limit`` characters; None otherwise."""
+    return value[:limit] if isinstance(value, str) and value else None
+
+
+def _release_or_none(value):
+    """A kernel release as the node reported it, None when it is not one (a path, spaces, too long)."""
+    value = _node_text(value, 200)
+    if value is None or "/" in value or any(c.isspace() for c in value) or not is_ascii_digits(value[0]):
+        return None
+    return value
+
+
+def boot_loader_check(running, boot, entries):
+    """Does the next boot start another kernel than the running one?
+
+    ``boot``: kubegpu.fleet.boot_facts's result from the node (None or a failed result when it
+    was not read). Returns :func:`kernel_check`'s keys (``pending``, ``running``, ``installed``,
+    ``compared``, ``newest``, ``reason``) plus ``next_kernel``, ``loader``, ``entry``, ``once``,
+    ``how``, ``basis`` (``boot loader`` or ``/boot``) and ``notes``."""
+    base = kernel_check(running, entries)
+    boot = boot if isinstance(boot, dict) else {}
+    how = [t for t in (_node_text(h) for h in (boot.get("how") if isinstance(boot.get("how"), list) else [])) if t]
+    problems = [t for t in (_node_text(h) for h in (boot.get("problems") if isinstance(boot.get("problems"), list)
+                                                     else [])) if t]
+    nxt = _release_or_none(boot.get("next_kernel"))
+    once = isinstance(boot.get("once"), dict)
+    entry = boot.get("once") if once else boot.get("default")
+    title = _node_text((entry or {}).get("title")) if isinstance(entry, dict) else None
+    out = dict(base, next_kernel=nxt, loader=_node_text(boot.get("loader"), 40) or "unknown", entry=title,
+               once=once, how=how[:BOOT_HOW_ITEMS], basis="/boot", notes=problems[:BOOT_HOW_ITEMS])
+    if nxt is None or base["running"] is None:
+        if not boot:
+            return out        # the boot loader was not asked: the /boot comparison as it is
+        if boot.get("failed"):
+            why = "boot loader not read: %s" % (_node_text(boot.get("msg")) or "boot_facts failed")
+        elif base["running"] is None:
+            why = "running kernel release unknown"
+        elif out["loader"] == "unknown":
+            why = "no boot loader state found"
+        else:
+            why = "the %s default entry names no kernel release" % out["loader"]
+        out["reason"] = "next boot's kernel unknown (%s); by /boot: %s" % (why, base["reason"])
+        return out
+    out["basis"] = "boot loader"
+    running = base["running"]
+    which = "next-boot-only entry" if once else "default entry"
+    named = " (%s)" % title if title else ""
+    if nxt != running:
+        out["pending"] = True
+        words = []
+        if flavour(nxt) != flavour(running):
+            words.append("another flavour")
+        words.append("older" if release_key(nxt) < release_key(running) else "newer")
+        out["reason"] = "the boot loader's %s%s starts kernel %s (%s), %s is running" % (
+            which, named, nxt, ", ".join(words), running)
+        return out
+    out["pending"] = False
+    newer = [r for r in base["installed"] if release_key(r) > release_key(running)]
+    if newer:
+        out["reason"] = ("the boot loader's %s%s starts the running kernel %s: a reboot would start it again "
+                         "(%s installed, not the default)" % (which, named, running, ", ".join(newer)))
+    else:
+        out["reason"] = "the boot loader's %s%s starts the running kernel %s" % (which, named, running)
+    return out
+
+
+def distribution_reasons(boot, kernel):
+    """``(pending reasons, notes)`` from the distribution's answers in boot_facts's result."""
+    dist = (boot or {}).get("distribution") if isinstance(boot, dict) else None
+    dist = dist if isinstance(dist, dict) else {}
+    reasons, notes = [], []
+    dnf = dist.get("dnf_needs_restarting") if isinstance(dist.get("dnf_needs_restarting"), dict) else {}
+    if dnf.get("required") is True:
+        reasons.append("dnf needs-restarting -r: reboot is required")
+    nr = dist.get("needrestart") if isinstance(dist.get("needrestart"), dict) else {}
+    if str(nr.get("ksta")) in ("2", "3"):
+        status = "ABI-compatible upgrade pending" if str(nr.get("ksta")) == "2" else "version upgrade pending"
+        said = "needrestart: kernel %s expected, %s running (%s)" % (
+            _release_or_none(nr.get("kexp")) or "?", _release_or_none(nr.get("kcur")) or "?", status)
+        if kernel.get("basis") == "boot loader" and kernel.get("pending") is False:
+            notes.append("%s; not counted: the boot loader's default entry starts the running kernel" % said)
+        else:
+            reasons.append(said)
+    return reasons, notes
+
+
+def reboot_required_packages(boot):
+    """The package names of ``/run/reboot-required.pkgs`` from boot_facts's result (at most 20)."""
+    dist = (boot or {}).get("distribution") if isinstance(boot, dict) else None
+    req = (dist or {}).get("reboot_required") if isinstance(dist, dict) else None
+    pkgs = (req or {}).get("packages") if isinstance(req, dict) else None
+    return [t for t in (_node_text(p, 120) for p in (pkgs if isinstance(pkgs, list) else [])) if t][:20]
+
+
 def driver_check(guard):
     """kubegpu.fleet.driver_guard's result -> {pending: True/False/None, reason}."""
     guard = guard if isinstance(guard, dict) else {}
@@ -201,13 +319,14 @@ def open_maintenance(node, annotation=MAINTENANCE_ANNOTATION):
 
 def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entries=None, node=None,
            annotation=MAINTENANCE_ANNOTATION, required=False, required_reasons=None, check_kernel=True,
-           check_driver=True, planned=False):
+           check_driver=True, planned=False, boot=None):
     """The reboot decision for one node (keyword arguments only: no caller can swap two of them).
 
     ``sentinels``: the reboot sentinel paths that exist on the node (``/run/reboot-required``
     and the like; the driver role writes ``/run/reboot-required``). ``required`` and
     ``required_reasons``: what an earlier role of the same play recorded
-    (``kubegpu_reboot_required``, ``kubegpu_reboot_reasons``).
+    (``kubegpu_reboot_required``, ``kubegpu_reboot_reasons``). ``boot``: kubegpu.fleet.boot_facts's
+    result (the boot loader's next kernel and the distribution's answers; None: not read).
 
     Returns ``{reboot, resume, reasons, pending_reasons, mode, planned, kernel, driver,
     sentinels, msg}``: ``pending_reasons`` why a reboot is pending whatever the mode,
@@ -224,16 +343,23 @@ def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entr
     if required and not pending:
         pending.append("kubegpu_reboot_required is set")
     found = []
+    pkgs = reboot_required_packages(boot)
     for path in sentinels or []:
         if path and path not in found:
             found.append(str(path))
-            pending.append("sentinel %s" % path)
+            pending.append("sentinel %s%s" % (path, " (packages: %s)" % ", ".join(pkgs)
+                                              if pkgs and str(path).endswith("/reboot-required") else ""))
     driver = driver_check(guard) if check_driver else {"pending": None, "reason": "not checked"}
     if driver["pending"] is True:
         pending.append(driver["reason"])
-    kernel = kernel_check(running, boot_entries) if check_kernel else {"pending": None, "reason": "not checked"}
+    kernel = boot_loader_check(running, boot, boot_entries) if check_kernel else {"pending": None,
+                                                                                   "reason": "not checked"}
     if kernel["pending"] is True:
         pending.append(kernel["reason"])
+    if check_kernel:
+        more, notes = distribution_reasons(boot, kernel)
+        pending.extend(r for r in more if r not in pending)
+        kernel["notes"] = kernel.get("notes", []) + notes
     resume_value = open_maintenance(node, annotation)
     if mode == "always":
         reasons = ["forced (kubegpu_reboot=always)"] + pending
@@ -261,8 +387,9 @@ def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entr
 
 
 # ------------------------------------------------------------------ kubegpu.fleet.reboot_need
-# What decides the reboot is read on the node by ansible.builtin.find, stat and slurp and by
-# kubegpu.fleet.driver_guard; the decision above is made on the controller.
+# What decides the reboot is read on the node by ansible.builtin.find, stat and slurp, by
+# kubegpu.fleet.boot_facts and by kubegpu.fleet.driver_guard; the decision above is made on the
+# controller.
 
 FACT = "kubegpu_rolling_reboot_need"
 NEED_SPEC = {
@@ -356,6 +483,15 @@ def driver_guard(task, args):
     return out
 
 
+def boot_facts(task, args, sentinels):
+    """kubegpu.fleet.boot_facts on the node: the kernel its boot loader starts next and the
+    distribution's answers (its failure is a result the decision words, never a task failure)."""
+    run_path = posixpath.dirname(sentinels[0]) if sentinels else "/run"
+    return task.module("kubegpu.fleet.boot_facts", {
+        "boot_path": args["boot_path"], "proc_path": args["proc_path"], "run_path": run_path,
+        "timeout": min(max(args["timeout"], 0.1), 600.0)})
+
+
 def need_work(task, args):
     """kubegpu.fleet.reboot_need: gather on the node, decide, set the fact."""
     bad = [p for p in args["sentinels"] + [args["boot_path"], args["proc_path"]] if not str(p).startswith("/")]
@@ -369,12 +505,13 @@ def need_work(task, args):
                                   % (args["boot_path"], found.get("msg")))
     kernels, present = split_find(found.get("files"), args["boot_path"], sentinels)
     running = running_release(task, args["proc_path"]) if args["check_kernel"] else None
+    boot = boot_facts(task, args, sentinels) if args["check_kernel"] else None
     guard = driver_guard(task, args) if args["check_driver"] else {}
     try:
         need = decide(mode=args["mode"], sentinels=present, guard=guard, running=running, boot_entries=kernels,
                       node=args["node"], annotation=args["annotation"], required=args["required"],
                       required_reasons=args["required_reasons"], check_kernel=args["check_kernel"],
-                      check_driver=args["check_driver"], planned=args["planned"])
+                      check_driver=args["check_driver"], planned=args["planned"], boot=boot)
     except RebootNeedError as exc:
         raise runner.ActionFailed(str(exc))
     msg = need["msg"]
