@@ -9,9 +9,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The options alone (kubegpu.fleet.k8s_auth.connection): for plugins that are not tasks, the
-    # inventory plugin kubegpu.fleet.gpu_nodes.
-    CONNECTION = r"""
+    DOCUMENTATION = r"""
 options:
   kubeconfig:
     description:
@@ -70,9 +68,6 @@ options:
     description: Groups to impersonate. Default E(K8S_AUTH_IMPERSONATE_GROUPS) (comma separated).
     type: list
     elements: str
-"""
-
-    DOCUMENTATION = CONNECTION + r"""
 notes:
   - The connection is resolved exactly as C(kubernetes.core) resolves it - each option, else its
     C(K8S_AUTH_*) variable (the controller's environment with the task's C(environment) keyword

@@ -30,13 +30,14 @@ description:
     marked unsafe, so it is never templated.
   - The Nodes are read in pages of 500 (the API's C(limit)), at most 50,000 in all. An API or credential
     failure fails the inventory source with the API's message (the token masked), and nothing is added.
-author: kubegpu.fleet contributors
+author:
+  - kubegpu.fleet maintainers (@kubegpu)
 requirements:
   - kubernetes (Python package) on the controller (the execution environment)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
-  - kubegpu.fleet.k8s_auth.connection
+  - kubegpu.fleet.k8s_auth
 options:
   plugin:
     description: The name of this plugin; a file whose name ends in C(gpu_nodes.yml) or C(gpu_nodes.yaml) holds it.
@@ -101,11 +102,12 @@ options:
     type: str
     default: gpu_
 notes:
-  - The connection is resolved as C(kubernetes.core) resolves it - each option from this file, else its
-    C(K8S_AUTH_*) environment variable, then the kubeconfig or the in-cluster service account - so the
-    AWX / Automation Platform credential type "OpenShift or Kubernetes API Bearer Token" on the inventory
-    source (C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_SSL_CA_CERT), C(K8S_AUTH_VERIFY_SSL)) is all
-    it needs.
+  - The connection options are those of the collection's API modules and of C(kubernetes.core), written in
+    the inventory file instead of a task; each unset one falls back to its C(K8S_AUTH_*) variable in the
+    environment C(ansible-inventory) runs with, then to the kubeconfig or the in-cluster service account.
+    So the AWX / Automation Platform credential type "OpenShift or Kubernetes API Bearer Token" on the
+    inventory source (C(K8S_AUTH_HOST), C(K8S_AUTH_API_KEY), C(K8S_AUTH_SSL_CA_CERT), C(K8S_AUTH_VERIFY_SSL))
+    is all it needs.
   - The identity needs C(list) on C(nodes) (cluster scope) and, for O(address=kubectl), C(list) on C(pods)
     in O(kubectl_namespace); the kubectl connection then needs C(create) on C(pods/exec) there.
   - With O(cache) the nodes read (not the credentials) are kept in the cache plugin's store for O(cache_timeout).
@@ -120,6 +122,7 @@ EXAMPLES = r"""
 plugin: kubegpu.fleet.gpu_nodes
 pool_label: cloud.google.com/gke-nodepool
 
+---
 # inventory/prod.gpu_nodes.yml - one kubeconfig context, hosts reached by node name
 plugin: kubegpu.fleet.gpu_nodes
 kubeconfig: ~/.kube/prod
@@ -132,6 +135,7 @@ keyed_groups:
 groups:
   needs_attention: kubegpu_gpu.mig.config_state == 'failed' or not kubegpu_node.ready
 
+---
 # inventory/awx.gpu_nodes.yml - no SSH: exec into the kubegpu node agent DaemonSet's pod on each node
 plugin: kubegpu.fleet.gpu_nodes
 address: kubectl

@@ -235,6 +235,14 @@ def test_kubeconfig_and_context_options(ansible, tmp_path, cluster_job):
     assert hosts_of(data, "gpu_nodes") == ["gpu-a100-mig", "gpu-h100", "gpu-hostile", "gpu-plain"]
 
 
+def test_host_and_token_in_the_file_with_kubernetes_core_aliases(ansible, tmp_path, cluster_job):
+    """host, api_key and verify_ssl (validate_certs' alias) written in the inventory file, no environment."""
+    proc, home = cluster_job
+    run = inventory(ansible, tmp_path, home, {"host": proc.url, "api_key": proc.token, "verify_ssl": False}, "--list")
+    assert hosts_of(listed(run), "gpu_nodes") == ["gpu-a100-mig", "gpu-h100", "gpu-hostile", "gpu-plain"]
+    assert proc.token not in run.stdout + run.stderr
+
+
 def test_a_wrong_token_fails_the_source_cleanly(ansible, tmp_path, cluster_job):
     proc, home = cluster_job
     wrong = "wrong-" + proc.token[::-1]
