@@ -761,8 +761,8 @@ def plan_merge(directory, generated):
         before = (current.get(path) or {}).get("entries") or []
         after = doc.get("entries") if isinstance(doc, dict) else None
         if not isinstance(after, list) or _plain(after) != _plain(before) + _plain(appended[path]):
-            raise catalog_validate.CatalogError("%s: the appended entries do not read back as written (is the file's last "
-                                          "entry list the document's top-level 'entries'?)" % path)
+            raise catalog_validate.CatalogError("%s: the appended entries do not read back as written (is the file's "
+                                                "last entry list the document's top-level 'entries'?)" % path)
         merged[path] = doc
     docs = [merged[path] for path in sorted(merged)]
     catalog_validate.validate_catalog(docs)

@@ -69,8 +69,8 @@ def test_one_validation_serves_the_node_and_the_evaluation(fresh):
 
 
 def test_invalid_catalog_extra_fails_the_node_and_keeps_the_bundled_entries(fresh):
-    bad = dict(EXTRA, entries=[dict(EXTRA["entries"][0], sources=[{"url": "http://example.com/x",
-                                                                     "verified": "2026-11-01"}])])
+    http = [{"url": "http://example.com/x", "verified": "2026-11-01"}]
+    bad = dict(EXTRA, entries=[dict(EXTRA["entries"][0], sources=http)])
     task_catalog = cl.for_task(bad)
     assert task_catalog.node_catalog is None and task_catalog.entries_error is None
     assert task_catalog.error.startswith("invalid catalog_extra: ") and "https://" in task_catalog.error
