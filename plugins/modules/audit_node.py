@@ -114,7 +114,7 @@ options:
   api:
     description:
       - This node's entry of the view from M(kubegpu.fleet.audit_cluster)
-        (C(kubegpu_cluster.cluster.nodes[node])): Ready and cordon state, pods Pending on the node, the
+        (C(kubegpu_cluster.cluster.nodes[node])) - Ready and cordon state, pods Pending on the node, the
         device plugin and the NVIDIA components running there.
     type: dict
     default: {}

@@ -4,7 +4,6 @@ import copy
 import os
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 
