@@ -20,7 +20,7 @@ import time
 import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import NAMES, REGISTRY, audit_argument_spec
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils import test_nvidia_stack as stack
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.stack import test_nvidia_stack as stack
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "lab", "fakes", "nvml"))

@@ -26,7 +26,7 @@ from lib.paths import TOOLKIT_CONFIG
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import NAMES
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils import test_nvidia_stack as t
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.stack import test_nvidia_stack as t
 
 HOOK = "features.disable-cuda-compat-lib-hook"
 NODE = "localhost"  # the inventory name the messages give

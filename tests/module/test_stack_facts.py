@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils import test_nvidia_stack as t
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.stack import test_nvidia_stack as t
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-query"), reason="needs dpkg-query")
 

@@ -39,7 +39,7 @@ Check mode and diff stay with the callers: nothing here is called in check mode.
 fail early (in check mode too) with the same reasons. :func:`private_tempdir` gives a private
 0700 scratch directory for files a command must read (never a node path).
 
-tests/unit/plugins/module_utils/test_write_primitive_structure.py fails when code under
+tests/unit/plugins/module_utils/_common/test_write_primitive_structure.py fails when code under
 plugins/ writes, chmods, chowns, renames or removes a file any other way.
 """
 from __future__ import absolute_import, division, print_function

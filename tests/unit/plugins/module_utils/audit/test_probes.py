@@ -15,7 +15,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_o
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probes
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))))
 BY_NAME = dict((p.name, p) for p in probes.REGISTRY)
 
 

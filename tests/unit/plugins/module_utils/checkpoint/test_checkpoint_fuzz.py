@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import sync as ck
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.abspath(os.path.join(HERE, "..", "..", "..", "fixtures", "checkpoint"))
+FIX = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", "fixtures", "checkpoint"))
 GOOD = sorted(n for n in os.listdir(FIX) if n.startswith("v") and n.endswith(".json"))
 
 SETTINGS = settings(max_examples=400, deadline=None,

@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import xid as gpu_xid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", "..", ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", ".."))
 REF = os.path.normpath(os.path.join(REPO, "..", "shared", "reference", "realworld-gpu-health", "kmsg"))
 
 pytestmark = pytest.mark.skipif(

@@ -25,7 +25,7 @@ from ansible_collections.kubegpu.fleet.tests.fixtures.checkpoint.checkpoint_ids 
     GPU_A, GPU_B, GPU_C, GPU_D, GPU_NEW)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.abspath(os.path.join(HERE, "..", "..", "..", "fixtures", "checkpoint"))
+FIX = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", "fixtures", "checkpoint"))
 NODE = [GPU_A, GPU_B, GPU_C, GPU_D]
 NODE_REPLACED = [GPU_A, GPU_NEW, GPU_C, GPU_D]
 

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REF = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", "..", "shared", "reference",
+REF = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", "..", "..", "shared", "reference",
                                     "realworld-gpu-health"))
 
 pytestmark = pytest.mark.skipif(

@@ -26,7 +26,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import pci as gp
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import smi as gpu_smi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-H100 = os.path.join(HERE, "..", "..", "..", "fixtures", "real-gpu", "h100-580.159.04")
+H100 = os.path.join(HERE, "..", "..", "..", "..", "fixtures", "real-gpu", "h100-580.159.04")
 UUID = "GPU-06e21e2d-aece-704f-9ce6-1d407b3320d5"
 
 

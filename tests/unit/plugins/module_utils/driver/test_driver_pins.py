@@ -19,8 +19,8 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import defect
 from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import pins as dp
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import DriverVersion
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))))
 
 
 SEED = "driver-r570-mig-mixed-unschedulable"

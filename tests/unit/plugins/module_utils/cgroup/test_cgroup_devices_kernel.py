@@ -19,7 +19,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_list 
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.kubepods import CgroupDevicesError, detect_layout
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.test_cgroup_support import (
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.cgroup.test_cgroup_support import (
     GPU_MAJOR,
     RUNC_DEFAULT,
     UVM_MAJOR,

@@ -12,8 +12,8 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu import health as gpu_health
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.probe import run_in_child
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))))
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "nvidia-smi-health")
 from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml  # noqa: E402  pylint: disable=wrong-import-position
 

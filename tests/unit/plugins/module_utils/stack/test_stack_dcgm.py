@@ -10,7 +10,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.stack import facts a
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".."))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", ".."))
 CATALOG = catalog_load.load_catalog(os.path.join(ROOT, "catalog", "v2"))
 STANZA = ("Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: utils\n"
           "Maintainer: NVIDIA CORPORATION <cudatools@nvidia.com>\nArchitecture: amd64\nVersion: {version}\n"

@@ -15,7 +15,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint import sy
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.fileutil import backup_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", ".."))
 FIX = os.path.join(REPO, "tests", "fixtures", "checkpoint")
 
 from ansible_collections.kubegpu.fleet.tests.fixtures.checkpoint.checkpoint_ids import (  # noqa: E402  pylint: disable=wrong-import-position

@@ -14,7 +14,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.probe import 
     probe_cgroup,
 )
 
-from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.test_cgroup_support import GPU_MAJOR, CgroupTree, FakeNode
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.cgroup.test_cgroup_support import GPU_MAJOR, CgroupTree, FakeNode
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import os
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", "..", "..", ".."))
 SCANNED = ("plugins/modules", "plugins/module_utils", "plugins/action", "plugins/plugin_utils", "plugins/filter")
 PRIMITIVE = "plugins/module_utils/_common/fileutil.py"
 
