@@ -34,32 +34,50 @@ __all__ = ["CONFLICT_RETRIES", "NodeApi", "NodeApiError", "json_pointer", "node_
 NodeApiError = k8s_client.K8sError
 
 
-def node_patch_ops(node, unschedulable=None, annotations=None):
-    """JSON patch that sets spec.unschedulable and the given annotations (None removes one).
+def _map_ops(current, wanted, *path):
+    """RFC 6902 ops that set (string values) or remove (None) keys of the string map at ``path``
+    (``metadata.annotations`` or ``metadata.labels``) whose current content is ``current``."""
+    sets = dict((k, str(v)) for k, v in wanted.items() if v is not None and current.get(k) != str(v))
+    removes = sorted(k for k, v in wanted.items() if v is None and k in current)
+    if sets and not current:
+        ops = [{"op": "add", "path": json_pointer(*path), "value": sets}]
+    else:
+        ops = [{"op": "add", "path": json_pointer(*(path + (k,))), "value": sets[k]} for k in sorted(sets)]
+    ops.extend({"op": "remove", "path": json_pointer(*(path + (k,)))} for k in removes)
+    return ops
+
+
+def _map_before_after(current, wanted):
+    before = dict((k, current[k]) for k in sorted(wanted) if k in current)
+    after = dict((k, v) for k, v in sorted(wanted.items()) if v is not None)
+    return before, after
+
+
+def node_patch_ops(node, unschedulable=None, annotations=None, labels=None):
+    """JSON patch that sets spec.unschedulable, the given annotations and the given labels (None
+    removes one).
 
     Returns ``(ops, before, after)`` where before/after are ``{'unschedulable', 'annotations'}``
-    restricted to the keys asked for; ``ops`` is empty when nothing would change, else it starts
-    with a ``test`` of the node's resourceVersion.
+    (and ``'labels'`` when labels are given) restricted to the keys asked for; ``ops`` is empty
+    when nothing would change, else it starts with a ``test`` of the node's resourceVersion.
     """
     meta = (node or {}).get("metadata") or {}
     current = meta.get("annotations") or {}
     was = bool(((node or {}).get("spec") or {}).get("unschedulable"))
     wanted = dict(annotations or {})
-    before = {"annotations": dict((k, current[k]) for k in sorted(wanted) if k in current)}
-    after = {"annotations": dict((k, v) for k, v in sorted(wanted.items()) if v is not None)}
+    before, after = {}, {}
+    before["annotations"], after["annotations"] = _map_before_after(current, wanted)
     ops = []
     if unschedulable is not None:
         before["unschedulable"] = was
         after["unschedulable"] = bool(unschedulable)
         if was != bool(unschedulable):
             ops.append({"op": "add", "path": "/spec/unschedulable", "value": bool(unschedulable)})
-    sets = dict((k, str(v)) for k, v in wanted.items() if v is not None and current.get(k) != str(v))
-    removes = sorted(k for k, v in wanted.items() if v is None and k in current)
-    if sets and not current:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": sets})
-    else:
-        ops.extend({"op": "add", "path": json_pointer("metadata", "annotations", k), "value": sets[k]} for k in sorted(sets))
-    ops.extend({"op": "remove", "path": json_pointer("metadata", "annotations", k)} for k in removes)
+    ops.extend(_map_ops(current, wanted, "metadata", "annotations"))
+    if labels is not None:
+        current_labels = meta.get("labels") or {}
+        before["labels"], after["labels"] = _map_before_after(current_labels, dict(labels))
+        ops.extend(_map_ops(current_labels, dict(labels), "metadata", "labels"))
     if ops:
         ops.insert(0, service.resource_version_test(node))
     return ops, before, after
@@ -125,12 +143,18 @@ class NodeApi(object):
         return service.json_patch(self.client, "v1", "nodes", name, ops, what="patch Node %s" % name)
 
 
-def patch_node(api, name, unschedulable=None, annotations=None, check_mode=False, retries=CONFLICT_RETRIES):
+def patch_node(api, name, unschedulable=None, annotations=None, check_mode=False, retries=CONFLICT_RETRIES,
+               labels=None):
     """Read the Node and apply node_patch_ops in one request; a conflict (409, or 422 from the
-    resourceVersion test) re-reads and recomputes. Returns {changed, node, before, after, ops, attempts}."""
+    resourceVersion test) re-reads and recomputes. ``annotations`` and ``labels`` may also be
+    functions of the Node read (returning what to set), for a change that depends on the Node's
+    current values: they are called again after a conflict.
+    Returns {changed, node, before, after, ops, attempts}."""
 
     def compute(node):
-        ops, before, after = node_patch_ops(node, unschedulable, annotations)
+        ops, before, after = node_patch_ops(node, unschedulable,
+                                            annotations(node) if callable(annotations) else annotations,
+                                            labels(node) if callable(labels) else labels)
         return ops[1:], (before, after)   # guarded_patch prepends the resourceVersion test again
 
     out = service.guarded_patch(lambda: api.node(name), compute, lambda ops: api.patch_node(name, ops),
