@@ -114,7 +114,8 @@ next_kernel:
   type: str
   sample: 6.8.0-1015-nvidia
 default:
-  description: "The persistent default entry: C(kernel), C(title), C(id), C(linux), C(how), C(matched) (false: the default named no entry and the first is booted); null when unknown."
+  description: "The persistent default entry: C(kernel), C(title), C(id), C(linux), C(how), C(matched) (false: the default
+    named no entry and the first is booted); null when unknown."
   returned: always
   type: dict
 once:

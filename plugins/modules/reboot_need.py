@@ -52,7 +52,9 @@ options:
     elements: str
     default: [/run/reboot-required, /var/run/reboot-required]
   check_kernel:
-    description: Compare the kernel the boot loader starts next (else the installed kernels in O(boot_path)) with the running one, and ask the distribution's tools.
+    description:
+      - Compare the kernel the boot loader starts next (else the installed kernels in O(boot_path)) with the running one,
+        and ask the distribution's tools.
     type: bool
     default: true
   check_driver:
@@ -115,7 +117,8 @@ attributes:
     support: none
   platform:
     platforms: posix
-    details: Runs ansible.builtin.find, ansible.builtin.slurp, kubegpu.fleet.boot_facts and kubegpu.fleet.driver_guard (audit) on the node; decides on the controller.
+    details: Runs ansible.builtin.find, ansible.builtin.slurp, kubegpu.fleet.boot_facts and kubegpu.fleet.driver_guard (audit)
+      on the node; decides on the controller.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 author:

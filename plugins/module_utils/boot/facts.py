@@ -34,7 +34,6 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io impo
     check_path,
     check_timeout,
     read_bytes,
-    read_text,
     run_command,
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.boot import formats
@@ -288,8 +287,12 @@ def boot_facts(params, path=None):
     loader = "unknown"
     sd_default, sd_once, sd_menu, sd_conf = resolve_systemd_boot(
         params["sys_path"], params["esp_paths"], problems, how)
-    info = _efivar(params["sys_path"], "LoaderInfo", [])
-    if sd_menu is not None and ((info or "").startswith("systemd-boot") or cfg is None):
+    sd_firmware = (_efivar(params["sys_path"], "LoaderInfo", []) or "").startswith("systemd-boot")
+    sd_found = sd_conf is not None or bool(sd_menu)
+    if sd_firmware and not sd_found:
+        problems.append("the LoaderInfo EFI variable names systemd-boot, but no loader.conf or entries were "
+                        "found under %s" % ", ".join(params["esp_paths"]))
+    if sd_found and (sd_firmware or cfg is None):
         loader, default, once, menu = "systemd-boot", sd_default, sd_once, sd_menu
     elif cfg is not None:
         loader = "grub-bls" if cfg["blscfg"] else "grub"
@@ -342,5 +345,4 @@ def _flatten(menu):
     for it in menu:
         if it["type"] == "entry":
             yield it
-        for child in _flatten(it.get("children") or []):
-            yield child
+        yield from _flatten(it.get("children") or [])

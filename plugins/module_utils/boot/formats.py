@@ -20,8 +20,10 @@ format follows its authority:
   level per ``>`` (GRUB manual, "default": ``gnulinux-advanced-UUID>gnulinux-6.1.0-27-amd64-
   advanced-UUID``, ``1>2``); a default that names nothing boots the first entry (grub-core/
   normal/menu.c). ``blscfg`` (RHEL, Fedora, Rocky: ``GRUB_ENABLE_BLSCFG=true``) adds the Boot
-  Loader Specification entries at that point of the menu, newest version first, their ids being
-  the file names without ``.conf`` (what grubby writes to ``saved_entry``).
+  Loader Specification entries at that point of the menu, newest first (grub2's blscfg.c
+  ``bls_cmp``: rpm's vercmp of the ``version`` key, then of the file name; some builds compare
+  the file names alone, which for ``<machine-id>-<version>.conf`` names is the same order), their
+  ids being the file names without ``.conf`` (what grubby writes to ``saved_entry``).
 * Boot Loader Specification type #1 entries (UAPI.1, ``/boot/loader/entries/*.conf``): one
   ``key value`` per line, ``#`` comments; ``title``, ``version``, ``linux``, ``initrd``,
   ``options``, ``sort-key``, ``machine-id``.
@@ -395,7 +397,7 @@ def bls_menu(entries):
         items.append({"type": "entry", "title": e.get("title") or ident, "id": ident, "linux": linux,
                       "kernel": kernel, "version": e.get("version"), "sort_key": e.get("sort-key"),
                       "children": []})
-    items.sort(key=lambda it: version_key(it["version"] or it["id"]), reverse=True)
+    items.sort(key=lambda it: (version_key(it["version"] or it["id"]), version_key(it["id"])), reverse=True)
     return items
 
 

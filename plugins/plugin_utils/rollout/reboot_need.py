@@ -172,6 +172,11 @@ def _node_text(value, limit=BOOT_TEXT_CHARS):
     return value[:limit] if isinstance(value, str) and value else None
 
 
+def _node_texts(value):
+    """The strings of a list from the node's boot_facts result, each cut to BOOT_TEXT_CHARS."""
+    return [t for t in (_node_text(v) for v in (value if isinstance(value, list) else [])) if t]
+
+
 def _release_or_none(value):
     """A kernel release as the node reported it, None when it is not one (a path, spaces, too long)."""
     value = _node_text(value, 200)
@@ -189,9 +194,8 @@ def boot_loader_check(running, boot, entries):
     ``how``, ``basis`` (``boot loader`` or ``/boot``) and ``notes``."""
     base = kernel_check(running, entries)
     boot = boot if isinstance(boot, dict) else {}
-    how = [t for t in (_node_text(h) for h in (boot.get("how") if isinstance(boot.get("how"), list) else [])) if t]
-    problems = [t for t in (_node_text(h) for h in (boot.get("problems") if isinstance(boot.get("problems"), list)
-                                                     else [])) if t]
+    how = _node_texts(boot.get("how"))
+    problems = _node_texts(boot.get("problems"))
     nxt = _release_or_none(boot.get("next_kernel"))
     once = isinstance(boot.get("once"), dict)
     entry = boot.get("once") if once else boot.get("default")
@@ -352,8 +356,9 @@ def decide(*, mode="needed", sentinels=None, guard=None, running=None, boot_entr
     driver = driver_check(guard) if check_driver else {"pending": None, "reason": "not checked"}
     if driver["pending"] is True:
         pending.append(driver["reason"])
-    kernel = boot_loader_check(running, boot, boot_entries) if check_kernel else {"pending": None,
-                                                                                   "reason": "not checked"}
+    kernel = {"pending": None, "reason": "not checked"}
+    if check_kernel:
+        kernel = boot_loader_check(running, boot, boot_entries)
     if kernel["pending"] is True:
         pending.append(kernel["reason"])
     if check_kernel:

@@ -235,3 +235,18 @@ def test_find_command_skips_what_is_not_an_executable_file(tmp_path):
     assert facts.find_command("needrestart", str(d)) is None
     os.chmod(str(d / "needrestart"), stat.S_IRWXU)
     assert facts.find_command("needrestart", str(d)) == str(d / "needrestart")
+
+
+def test_systemd_boot_firmware_without_its_files_reads_grub_and_says_so(tmp_path):
+    """A container sees its host's efivars: the host's LoaderInfo names systemd-boot while the
+    node's own /boot holds GRUB's state."""
+    node = Node(tmp_path, "6.1.0-27-amd64")
+    node.efivar("LoaderInfo", "systemd-boot 252.30-1~deb12u2")
+    node.copy("debian12-grub.cfg", "boot/grub/grub.cfg")
+    out = node.facts(commands=False)
+    assert (out["loader"], out["next_kernel"]) == ("grub", "6.1.0-27-amd64")
+    assert out["problems"] == ["the LoaderInfo EFI variable names systemd-boot, but no loader.conf or entries were "
+                               "found under %s, %s" % (node.p("efi"), node.p("boot"))]
+    os.unlink(node.p("boot/grub/grub.cfg"))
+    out = node.facts(commands=False)
+    assert (out["loader"], out["next_kernel"]) == ("unknown", None)

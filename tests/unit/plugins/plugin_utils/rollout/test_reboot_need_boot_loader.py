@@ -13,7 +13,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import reboo
 
 from ansible_collections.kubegpu.fleet.lab.kubegpu_lab import bootfs
 
-UBUNTU = ["vmlinuz-6.8.0-49-generic", "vmlinuz-6.8.0-50-generic", "vmlinuz-6.8.0-1015-nvidia"]
+UBUNTU = ("vmlinuz-6.8.0-49-generic", "vmlinuz-6.8.0-50-generic", "vmlinuz-6.8.0-1015-nvidia")
 
 
 def boot(next_kernel, title="Ubuntu", once=None, loader="grub", **extra):
@@ -27,7 +27,7 @@ def boot(next_kernel, title="Ubuntu", once=None, loader="grub", **extra):
 
 
 def decide(boot_result, running="6.8.0-50-generic", entries=UBUNTU, sentinels=None):
-    return rn.decide(mode="needed", running=running, boot_entries=entries, boot=boot_result, check_driver=False,
+    return rn.decide(mode="needed", running=running, boot_entries=list(entries), boot=boot_result, check_driver=False,
                      sentinels=sentinels)
 
 
@@ -42,7 +42,7 @@ def test_a_newer_kernel_of_another_flavour_set_as_default_reboots():
 
 
 def test_the_default_entry_running_is_no_reason_even_with_a_newer_kernel_installed():
-    entries = UBUNTU + ["vmlinuz-6.8.0-51-generic"]
+    entries = UBUNTU + ("vmlinuz-6.8.0-51-generic",)
     assert rn.kernel_check("6.8.0-50-generic", entries)["pending"] is True      # what /boot alone says
     need = decide(boot("6.8.0-50-generic", title="Ubuntu, with Linux 6.8.0-50-generic"), entries=entries)
     assert need["reboot"] is False and need["pending_reasons"] == []
@@ -65,7 +65,7 @@ def test_an_older_pinned_kernel_and_a_one_shot_entry():
 
 
 def test_unknown_boot_loader_falls_back_to_boot_and_says_so():
-    entries = UBUNTU + ["vmlinuz-6.8.0-51-generic"]
+    entries = UBUNTU + ("vmlinuz-6.8.0-51-generic",)
     need = decide(boot(None, loader="unknown"), entries=entries)
     assert need["reasons"] == ["next boot's kernel unknown (no boot loader state found); by /boot: "
                                "kernel 6.8.0-51-generic is installed, 6.8.0-50-generic is running"]
