@@ -148,7 +148,7 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.reset import ResetError, gpu_reset_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.reset import STATE_PATH, ResetError, gpu_reset_run
 
 
 def main():
@@ -159,7 +159,7 @@ def main():
             proc_path=dict(type="path", default="/proc"),
             dev_path=dict(type="path", default="/dev"),
             sys_path=dict(type="path", default="/sys"),
-            state_path=dict(type="path", default="/var/lib/kubegpu/gpu-reset.json"),
+            state_path=dict(type="path", default=STATE_PATH),
             stop_persistenced=dict(type="bool", default=True),
             timeout=dict(type="float", default=300.0),
         ),

@@ -21,6 +21,8 @@ import copy
 
 GPU_BACKENDS = ["auto", "nvml", "nvidia_smi"]
 CHECKPOINT_PATH = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+# The record kubegpu.fleet.gpu_reset keeps of this boot's resets (gpu/reset.py STATE_PATH).
+RESET_STATE_PATH = "/var/lib/kubegpu/gpu-reset.json"
 
 GPU_FACTS = dict(
     timeout=dict(type="float", default=10.0),
@@ -32,7 +34,7 @@ GPU_FACTS = dict(
     xid=dict(type="bool", default=True),
     xid_timeout=dict(type="float", default=10.0),
     kmsg_path=dict(type="path", default="/dev/kmsg"),
-    reset_state_path=dict(type="path", default="/var/lib/kubegpu/gpu-reset.json"),
+    reset_state_path=dict(type="path", default=RESET_STATE_PATH),
 )
 
 KUBELET_FACTS = dict(

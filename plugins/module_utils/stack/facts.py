@@ -305,12 +305,6 @@ def stack_facts(params, list_packages, get_bin_path, command_timeout=10.0):
             "kernel_modules": flavour, "kernel_modules_source": source, "errors": errors}
 
 
-# Options of the stack_facts probe and their defaults (kubegpu.fleet.stack_facts and the
-# stack_facts probe of kubegpu.fleet.audit_node take the same names).
-DEFAULTS = {"root": "/", "sys_path": "/sys", "dev_path": "/dev", "proc_path": "/proc",
-            "fabric_manager_unit": FABRIC_MANAGER_UNIT, "service_state": True, "command_timeout": 30.0}
-
-
 def stack_facts_run(params, get_bin_path, warn):
     """kubegpu.fleet.stack_facts: ``{"changed": False, "ansible_facts": {"nvidia_stack": ...}}``.
 
@@ -318,8 +312,9 @@ def stack_facts_run(params, get_bin_path, warn):
     could not be read on the node becomes a warning and a null fact."""
     from ansible_collections.kubegpu.fleet.plugins.module_utils.driver import node as driver_node
     from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
 
-    p = dict(DEFAULTS)
+    p = probe_options.defaults(probe_options.STACK_FACTS)
     p.update(dict((k, v) for k, v in (params or {}).items() if v is not None))
     try:
         timeout = safe_io.check_timeout(p["command_timeout"], "command_timeout", minimum=0.001)
