@@ -443,7 +443,7 @@ def _table():
         _device("nvidiactl", "required", 195, 255, "/dev/nvidiactl", "present"),
         _device("nvidia-uvm", "required", 508, 0, "/dev/nvidia-uvm", "present"),
         _device("nvidia-uvm-tools", "recommended", 508, 1, "/dev/nvidia-uvm-tools",
-                   "present"),
+                "present"),
         _device("nvidia0", "gpu", 195, 0, "/dev/nvidia0", "present", gpu=0),
     ]
     return t

@@ -301,6 +301,6 @@ def test_version_error_when_nothing_answers(tmp_path):
     assert facts["version"] is None
     assert facts["version_error"] == "no package database (dpkg-query, rpm) on the node"
     facts = gather_kubelet_facts(fp.path, get_bin_path=lambda name: None,
-                                   node_version="v1.32.4")
+                                 node_version="v1.32.4")
     assert facts["version"] == "v1.32.4"
     assert facts["version_source"] == "node:status.nodeInfo.kubeletVersion"

@@ -29,7 +29,7 @@ def test_parse_flags_forms():
 
 def test_bool_flags_never_eat_the_next_argument():
     pairs, args = parse_flags(["--fail-swap-on", "false", "--rotate-certificates",
-                                 "--register-node=F", "--version"])
+                               "--register-node=F", "--version"])
     assert pairs == [("fail-swap-on", True), ("rotate-certificates", True),
                      ("register-node", False), ("version", True)]
     assert args == ["false"]
@@ -44,7 +44,7 @@ def test_flag_at_end_without_value():
 
 def test_flags_dict_last_wins_and_repeats():
     pairs, _args = parse_flags(["--v=2", "--node-ip=10.0.0.1", "--v=4",
-                                  "--feature-gates=A=true", "--feature-gates=B=false"])
+                                "--feature-gates=A=true", "--feature-gates=B=false"])
     last, repeated = flags_dict(pairs)
     assert last == {"v": "4", "node-ip": "10.0.0.1", "feature-gates": "B=false"}
     assert repeated == {"v": ["2", "4"], "feature-gates": ["A=true", "B=false"]}

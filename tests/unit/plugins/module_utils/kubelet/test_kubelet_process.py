@@ -45,7 +45,7 @@ def test_kubelet_argv(comm, cmdline, expected):
 
 def test_parse_stat():
     assert parse_stat("42 (kube let) (x) S 1 42 42 0 -1 4194560 1 0 0 0 1 1 0 0 20 0 9 0 "
-                        "777 1 1") == ("S", 777)
+                      "777 1 1") == ("S", 777)
     assert parse_stat("") == (None, None)
     assert parse_stat("garbage") == (None, None)
     with open("/proc/self/stat") as f:

@@ -21,10 +21,10 @@ def test_package_version_from_dpkg(tmp_path, body, version, source):
 
 def test_package_version_falls_back_to_rpm_and_reports_failures(tmp_path):
     tools = fake_tools(tmp_path, dpkg_query="echo 'dpkg-query: no packages found' >&2\nexit 1\n",
-                        rpm="echo 'ii |1.29.8-150500.1.1'\n")
+                       rpm="echo 'ii |1.29.8-150500.1.1'\n")
     assert package_version(tools) == ("v1.29.8", "package:kubelet 1.29.8-150500.1.1 (rpm)", None)
     tools = fake_tools(tmp_path / "b" if (tmp_path / "b").mkdir() is None else None,
-                        dpkg_query="printf 'rc |1.31.4-1.1'\n")
+                       dpkg_query="printf 'rc |1.31.4-1.1'\n")
     version, source, err = package_version(tools)
     assert version is None and source is None and "status rc" in err
     assert package_version(lambda name: None)[2] == \
