@@ -5,19 +5,38 @@
 
 A GPU reset (``nvidia-smi -r``) applies a pending row remap, page retirement or repair and
 clears the state NVIDIA's Xid catalog resets a GPU for, without rebooting the node and taking
-its other GPUs down. nvidia-smi(1) (``-r, --gpu-reset``) states its preconditions; this module
-checks them before it resets anything and refuses with the reason otherwise, so that the
-rollout falls back to a reboot:
+its other GPUs down. nvidia-smi(1) (``-r, --gpu-reset``, https://docs.nvidia.com/deploy/nvidia-smi/)
+states its preconditions; this module checks them before it resets anything and refuses with
+the reason otherwise, so that the rollout falls back to a reboot:
 
-* no process may use the GPU: compute processes nvidia-smi lists, and any process holding the
-  GPU's device node open (a monitoring agent, the device plugin, nvidia-persistenced). A
-  persistence daemon is stopped for the reset and started again (``stop_persistenced``);
-* MIG: GPU and compute instances do not survive a reset (the MIG manager re-creates them at
-  boot), and a reset applies a pending MIG mode change: a GPU with MIG instances or a pending
-  mode change is refused;
-* NVLink: from Ampere on, NVLink-connected GPUs can be reset one by one, on Ampere NVSwitch
-  systems only with Fabric Manager running (Hopper and later need none); otherwise every GPU
-  with an active NVLink is reset in the same command (the node is drained: they are idle).
+* "There can't be any applications using these devices (e.g. CUDA application, graphics
+  application like X server, monitoring application like other instance of nvidia-smi)":
+  compute processes nvidia-smi lists, and any process holding the GPU's device node open (a
+  monitoring agent, the device plugin). Clients attach a GPU by opening its device file (NVIDIA's
+  Driver Persistence guide, "Implementation Details"), which is how nvidia-persistenced keeps the
+  GPU state loaded: the daemon alone is stopped for the reset and started again
+  (``stop_persistenced``);
+* "There also can't be any compute applications running on any other GPU in the system if
+  individual GPU reset is not feasible": when NVLink peers are reset together (below), a compute
+  process on any GPU of the node refuses the reset;
+* NVLink: the same page's tables say NVLink-connected GPUs before Ampere are reset together with
+  their peers; from Ampere on each GPU can be reset alone on direct-connected NVLink systems, and
+  on NVSwitch systems while Fabric Manager runs, its peers with it when it does not. The page
+  also says that "On Hopper and later NVSwitch systems, the dependency on Fabric Manager to
+  facilitate reset is removed", while its table and the next paragraph still ask for the peers
+  without Fabric Manager: the stricter reading is kept, so on any NVSwitch system without Fabric
+  Manager running every GPU with an active NVLink is reset in the same command (the node is
+  drained: they are idle);
+* MIG: a GPU with MIG devices, or with a pending MIG mode change, is refused. A reset applies a
+  pending mode change (MIG User Guide, "Deployment Considerations": setting MIG mode "requires a
+  GPU reset"), which the MIG manager, not a health repair, should make. GPU and compute instances
+  are re-created by the MIG manager whenever the node boots (NVIDIA mig-parted, systemd
+  deployment README); that they are gone after a reset too is our reading, not stated by NVIDIA
+  in what we read, so a GPU carrying them is left to the reboot.
+
+nvidia-smi(1) also says that a reset "is not guaranteed to work in all cases" and recommends
+verifying each reset GPU's health before use, "a complete reset ... by power cycling the node"
+otherwise: the GPUs are validated after the reset and any doubt falls back to the reboot.
 
 After the reset the GPUs are read again and validated (listed, same UUID, nothing pending, the
 driver's recovery verdict None); a reset that fails or does not validate says so, and the
@@ -265,14 +284,19 @@ def plan_reset(targets, inv, holders, nvlink, nvswitches, fabric_manager):
     reset = list(targets)
     archs = set((gpus[b].get("architecture") or "").lower() for b in reset)
     pre_ampere = bool(archs & set(PRE_AMPERE))
-    ampere = "ampere" in archs
     linked = sorted(b for b, g in gpus.items()
                     if (nvlink.get(g.get("uuid")) or {}).get("active"))
-    if any(b in linked for b in reset) and (pre_ampere or (ampere and nvswitches and not fabric_manager)):
+    if any(b in linked for b in reset) and (pre_ampere or (nvswitches and not fabric_manager)):
         out["group"] = ("%s: every GPU with an active NVLink is reset in the same command"
                         % ("GPUs before Ampere" if pre_ampere else
-                           "an Ampere NVSwitch system without Fabric Manager running"))
+                           "an NVSwitch system without Fabric Manager running"))
         reset = sorted(set(reset) | set(linked))
+        busy = sorted(b for b in gpus if b not in reset and gpus[b]["processes"])
+        if busy:
+            out["refused"] = ("GPU %s runs compute processes (pids %s): with NVLink peers reset together, "
+                              "nvidia-smi -r needs no compute application on any GPU of the node" % (
+                                  busy[0], ", ".join(str(p) for p in gpus[busy[0]]["processes"])))
+            return out
     for bus in reset:
         g = gpus[bus]
         if g["processes"]:
