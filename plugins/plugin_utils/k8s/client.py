@@ -46,6 +46,7 @@ import json
 import os
 import stat
 import threading
+import time
 import warnings
 
 from urllib.parse import urlencode
@@ -276,13 +277,13 @@ class Client(object):
     status and the API's own message - never a request header.
     """
 
-    TIMEOUT = (10, 60)   # connect, read seconds
+    TIMEOUT = (10, 60)   # connect, read seconds (each socket read)
+    MAX_BODY = 256 * 1024 * 1024   # bytes of one response: a list of 5,000 Nodes is about 100 MiB
+    DEADLINE = 300   # seconds for one whole response
+    CHUNK = 1024 * 1024
 
     def __init__(self, api_client, how="", secrets=(), impersonate_user=None, impersonate_groups=None,
                  temp_dirs=()):
-        from kubernetes.client import exceptions  # pylint: disable=import-outside-toplevel
-
-        self._exc = exceptions.ApiException
         self._client = api_client
         self._config = api_client.configuration
         self.how = how
@@ -348,33 +349,72 @@ class Client(object):
         raise K8sError(self.mask(msg), status=status)
 
     def request(self, what, method, path, query=None, body=None, content_type=None):
-        """One HTTP request; the decoded JSON body, or K8sError with the API's message."""
+        """One HTTP request; the decoded JSON body, or K8sError with the API's message.
+
+        The response is read in chunks up to ``MAX_BODY`` bytes and ``DEADLINE`` seconds in all (on
+        top of the per-read socket timeout): an API server, proxy or impostor that sends without end,
+        or a byte at a time, fails the request with a message instead of holding the task.
+        """
         # headers first: a kubeconfig's token refresh hook re-applies its cluster settings (host
         # included) on every call, and the generated client builds the URL after it - as here
-        headers = self._headers(content_type)
+        headers = self._headers(content_type or ("application/json" if body is not None else None))
         url = self._config.host.rstrip("/") + path + ("?" + urlencode(query) if query else "")
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
         try:
             with warnings.catch_warnings():
                 # validate_certs=false is the user's explicit choice; kubernetes.core silences it too
                 warnings.filterwarnings("ignore", message="Unverified HTTPS request")
-                resp = self._client.rest_client.request(method, url, headers=headers, body=body,
-                                                        _request_timeout=self.TIMEOUT)
-            status = resp.status
-            data = resp.data if getattr(resp, "data", None) is not None else resp.read()
-        except self._exc as exc:   # clients before v31 raise on any status other than 2xx; TLS errors: status 0
-            if not exc.status:
-                self._fail(what, (exc.reason or "no response").replace("\n", ": "))
-            status, data = exc.status, exc.body
-        except Exception as exc:  # pylint: disable=broad-except  # urllib3/ssl/socket errors
+                status, data = self._send(method, url, headers, body)
+        except K8sError as exc:
             self._fail(what, exc)
+        except Exception as exc:  # pylint: disable=broad-except  # urllib3/ssl/socket errors
+            self._fail(what, _reason(exc))
         try:
             doc = json.loads(data or b"{}")
         except (TypeError, ValueError):
-            doc = {"message": (data or b"").decode("utf-8", "replace")[:300] if isinstance(data, bytes) else str(data)}
+            doc = {"message": (data or b"").decode("utf-8", "replace")[:300]}
         if not 200 <= int(status or 0) < 300:
             message = (doc or {}).get("message") if isinstance(doc, dict) else ""
             self._fail(what, "HTTP %s %s" % (status, message or ""), status=status)
         return doc
+
+    def _send(self, method, url, headers, body):
+        """(status, body bytes) of one request through the client's connection pool (its TLS and
+        proxy settings), read under the size and time bounds."""
+        import urllib3  # pylint: disable=import-outside-toplevel
+
+        pool = self._client.rest_client.pool_manager
+        resp = pool.request(method, url, headers=headers, body=body, preload_content=False,
+                            timeout=urllib3.Timeout(connect=self.TIMEOUT[0], read=self.TIMEOUT[1]))
+        complete = False
+        try:
+            deadline = time.monotonic() + self.DEADLINE
+            chunks, size = [], 0
+            while True:
+                chunk = resp.read(self.CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.MAX_BODY:
+                    raise K8sError("the response is larger than %d MiB; nothing of it was used"
+                                   % (self.MAX_BODY // (1024 * 1024)))
+                if time.monotonic() >= deadline:
+                    raise K8sError("the response took longer than %d s to arrive; nothing of it was used"
+                                   % self.DEADLINE)
+                chunks.append(chunk)
+            complete = True
+            return resp.status, b"".join(chunks)
+        finally:
+            if not complete:
+                resp.close()   # never hand a half-read connection back to the pool
+            resp.release_conn()
+
+
+def _reason(exc):
+    """The innermost reason of a urllib3 error (MaxRetryError wraps the SSL or socket error)."""
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc).replace("\n", ": ")
 
 
 # Private directories of open Clients (the loader's inline data) -> how many open Clients use each.

@@ -286,3 +286,55 @@ def test_object_paths():
     assert service.object_path("v1", "nodes", "a/b") == "/api/v1/nodes/a%2Fb"
     assert service.object_path("apps/v1", "daemonsets", namespace="kube-system") == \
         "/apis/apps/v1/namespaces/kube-system/daemonsets"
+
+
+class Endless(http.server.BaseHTTPRequestHandler):
+    """An API impostor that answers a list with a body that never ends (chunked, 64 KiB at a time)
+    until the client hangs up."""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        piece = b" " * 65536
+        try:
+            head = b'{"items": ['
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(head), head))
+            while True:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def endless():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+def test_a_response_without_end_fails_at_the_size_bound(endless, tmp_path):
+    client = k8s.connect({"host": endless, "api_key": "tok"}, {"HOME": str(tmp_path)})
+    client.MAX_BODY = 4 * 1024 * 1024
+    with pytest.raises(k8s.K8sError) as err:
+        service.list_items(client, "v1", "pods", what="list Pods")
+    assert str(err.value) == "list Pods: the response is larger than 4 MiB; nothing of it was used"
+    client.close()
+
+
+def test_a_response_past_its_deadline_fails(endless, tmp_path):
+    client = k8s.connect({"host": endless, "api_key": "tok"}, {"HOME": str(tmp_path)})
+    client.DEADLINE = 0   # any response arrives after a deadline of now
+    with pytest.raises(k8s.K8sError) as err:
+        service.list_items(client, "v1", "pods", what="list Pods")
+    assert str(err.value) == "list Pods: the response took longer than 0 s to arrive; nothing of it was used"
+    client.close()
