@@ -12,7 +12,7 @@ version_added: 0.4.0
 description:
   - C(nvidia-smi -r) refuses to reset a GPU that any application has open. On a node managed by
     the NVIDIA GPU Operator the device plugin, GPU Feature Discovery, DCGM, the DCGM exporter, the
-    MIG manager and the validators are DaemonSet pods: a drain leaves them running, and they
+    MIG manager and the validators are DaemonSet pods; a drain leaves them running, and they
     keep C(/dev/nvidia*) open. This module stops them the way the GPU Operator's own
     k8s-driver-manager does around a driver restart - each operand DaemonSet selects its nodes
     with the label C(nvidia.com/gpu.deploy.<component>=true), so relabelling the node makes the
@@ -32,7 +32,7 @@ description:
     and removes the record, in one guarded write. It is idempotent and resumes a run that was
     killed between pause and restore. The DaemonSet controller then creates the pods again.
   - C(state=info) reads the operand labels, the record and the pods still holding a pause up.
-  - A node without C(nvidia.com/gpu.deploy.*) labels has no GPU Operator operands to pause: the
+  - A node without C(nvidia.com/gpu.deploy.*) labels has no GPU Operator operands to pause; the
     task says so and changes nothing (a GPU client that still holds the GPUs then makes
     M(kubegpu.fleet.gpu_reset) refuse, and the rollout reboots the node instead).
   - The connection options and their C(K8S_AUTH_*) environment variables are those of

@@ -14,13 +14,16 @@ description:
   - Resets the GPUs named in O(bus_ids) with C(nvidia-smi -r) so that a pending row remap, page
     retirement or repair takes effect and the state NVIDIA's Xid catalog resets a GPU for is
     cleared, without rebooting the node and taking its other GPUs down.
-  - Checks NVIDIA's preconditions for C(nvidia-smi -r) first and refuses with the reason
+  - Checks the preconditions nvidia-smi(1) states for C(-r) first and refuses with the reason
     (RV(refused), RV(fallback=reboot)) rather than resetting - no compute process and no process
     holding the GPU's device node open (a persistence daemon is stopped for the reset and started
-    again, see O(stop_persistenced)); no MIG instances and no pending MIG mode change (instances do
-    not survive a reset; a reset applies a pending mode); on GPUs before Ampere, and on Ampere
-    NVSwitch systems without Fabric Manager running, every GPU with an active NVLink is reset in
-    the same command (RV(group)).
+    again, see O(stop_persistenced)); on GPUs before Ampere, and on NVSwitch systems without Fabric
+    Manager running, every GPU with an active NVLink is reset in the same command (RV(group)), and
+    then no GPU of the node may run a compute process. Also refused, by this module's own rule, is a
+    GPU with MIG instances or a pending MIG mode change (a reset applies a pending mode; the MIG
+    manager, which creates the instances, should make that change).
+  - On a GPU Operator node its DaemonSet pods (device plugin, DCGM, ...) hold the GPUs open after a
+    drain; pause them first with M(kubegpu.fleet.gpu_operands) (the rolling_reboot role does).
   - After the reset the GPUs are read again and validated - listed, same UUID, nothing pending,
     the driver's recovery verdict None (RV(validation)). A failed or unvalidated reset says so in
     RV(reset_error) with RV(fallback=reboot); the module itself does not fail for it, the rollout reboots.
