@@ -197,3 +197,17 @@ def test_bad_options_fail_before_any_write(ansible, tmp_path, api_double_factory
                                         task("inf", state="paused", timeout="inf")])
     assert "never paused" in res.task("driver")["msg"] and res.task("inf")["failed"]
     assert node_patches(proc) == []
+
+
+def test_an_identity_that_cannot_list_pods_fails_the_wait_with_the_hint_and_restores(ansible, tmp_path,
+                                                                                     api_double_factory):
+    proc = api_double_factory(seed=operator_cluster())
+    proc.client.add_fault({"resource": "pods", "verbs": ["list"], "code": 403, "reason": "Forbidden",
+                           "message": 'pods is forbidden: User "nodes-only" cannot list resource "pods"'})
+    res = run(ansible, tmp_path, proc, [task("pause", state="paused", timeout=1, poll=0.2),
+                                        task("restore", state="restored")])
+    pause = res.task("pause")
+    assert pause["failed"] and "last error: " in pause["msg"] and "HTTP 403" in pause["msg"]
+    assert "needs get and patch on nodes and list on pods" in pause["msg"]
+    assert res.task("restore")["changed"]
+    assert stored_node(proc)["metadata"]["labels"] == node("gpu-0", labels=OPERATOR_LABELS)["metadata"]["labels"]

@@ -397,10 +397,16 @@ def _pause(task, api, args):
     res.update(ok=waited["ok"], waited=waited["waited"], polls=waited["polls"], pods=state["pods"],
                paused_labels=keys)
     if not waited["ok"]:
-        raise runner.ActionFailed(
-            "GPU operand pods on %s still there after %s s (%d polls): %s%s" % (
-                name, args["timeout"], waited["polls"], pods_text(state["pods"]) or "(no answer)",
-                "; last error: %s" % waited["last_error"] if waited["last_error"] else ""), **res)
+        error = waited["last_error"] or ""
+        if error and "HTTP 403" in error:
+            error += "; " + RBAC_HINT
+        if state["pods"]:
+            what = "GPU operand pods on %s still there after %s s (%d polls): %s" % (
+                name, args["timeout"], waited["polls"], pods_text(state["pods"]))
+        else:
+            what = "cannot tell whether the GPU operand pods on %s are gone: no answer within %s s (%d polls)" % (
+                name, args["timeout"], waited["polls"])
+        raise runner.ActionFailed(what + ("; last error: %s" % error if error else ""), **res)
     res["msg"] = "paused %s on %s; their pods are gone" % (", ".join(keys), name)
     return res
 
