@@ -75,6 +75,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
   - kubegpu.fleet.k8s_auth
+  - kubegpu.fleet.action_group.k8s
 """
 
 EXAMPLES = r"""

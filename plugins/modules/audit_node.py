@@ -148,7 +148,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.gpu_hardware_scan
-  - ansible.builtin.action_common_attributes.actiongroups
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full
@@ -159,9 +159,6 @@ attributes:
   platform:
     platforms: posix
     details: Linux nodes (procfs, /dev, cgroup v1 or v2); the node needs Python 3.8 or later.
-  action_group:
-    membership:
-      - kubegpu.fleet.node
 notes:
   - The C(kubegpu.fleet.audit) role uses this module (one task per node).
   - The journal scan of kubelet_facts and every other option of the five modules keep their

@@ -90,6 +90,7 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full

@@ -51,6 +51,7 @@ author:
   - kubegpu.fleet maintainers (@kubegpu)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full

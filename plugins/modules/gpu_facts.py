@@ -81,6 +81,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.gpu_hardware_scan
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full

@@ -170,7 +170,7 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.actiongroups
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full
@@ -182,9 +182,6 @@ attributes:
     platforms: posix
     support: full
     details: Linux nodes; reads procfs for the running kubelet and the node memory.
-  action_group:
-    membership:
-      - kubegpu.fleet.node
 requirements:
   - PyYAML on the managed node (package C(python3-yaml); cloud-init depends on it, so cloud
     images have it). Without it the task fails naming the package to install.

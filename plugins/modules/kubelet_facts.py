@@ -97,7 +97,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
-  - ansible.builtin.action_common_attributes.actiongroups
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full
@@ -110,9 +110,6 @@ attributes:
   platform:
     platforms: posix
     details: Linux nodes (reads procfs).
-  action_group:
-    membership:
-      - kubegpu.fleet.node
 requirements:
   - PyYAML on the managed node (package C(python3-yaml); cloud-init depends on it, so cloud
     images have it). Without it the task fails naming the package to install.

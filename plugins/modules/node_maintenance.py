@@ -95,6 +95,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.k8s_auth
+  - kubegpu.fleet.action_group.k8s
 attributes:
   check_mode:
     support: full

@@ -79,6 +79,9 @@ options:
       - A finite number greater than 0 and at most 86400.
     type: float
     default: 30
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.action_group.node
 attributes:
   check_mode:
     support: full
