@@ -11,7 +11,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import labels
 DOCUMENTATION = r"""
 name: has_label
 short_description: Does a Kubernetes object carry a label (key=value, or key with any value)?
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The parser behind O(kubegpu.fleet._common#role:shared:kubegpu_skip_label) in every role of the collection.
   - C(key=value) matches the label with exactly that value; C(key) matches the label with any

@@ -15,7 +15,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.remediation import v
 DOCUMENTATION = r"""
 name: remediation_verdict
 short_description: Split the findings left after remediation into unresolved ones and those left for a person
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The final check of the C(kubegpu.fleet.remediate) playbook.
   - A finding at or above O(fail_on) that the node's remediation plan (made from the audit before

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: gpu_nodes
 short_description: The GPU nodes of a Kubernetes cluster, grouped by GPU product, driver, MIG mode and node pool
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads the cluster's Nodes from the Kubernetes API and makes every node that has NVIDIA GPUs a host,
     named by its node name. A node is a GPU node when its capacity or allocatable has C(nvidia.com/gpu)

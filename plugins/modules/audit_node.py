@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: audit_node
 short_description: Audit a GPU node - every node probe in one module run, findings on the controller
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Runs, in one Python process on the node, the probes of the audit's probe registry
     (C(plugins/module_utils/audit/probes.py)) - M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.kubelet_facts),

@@ -9,7 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: boot_facts
 short_description: Which kernel the next boot of a node starts, from its boot loader, and how that is known
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Reads the boot loader's state on the node and answers which kernel its next boot starts
     (RV(next_kernel)), the entry and the way it was found (RV(default), RV(once), RV(how)), with

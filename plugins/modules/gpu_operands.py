@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: gpu_operands
 short_description: Pause the GPU Operator's GPU clients on one Node for a GPU reset, and restore them
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - C(nvidia-smi -r) refuses to reset a GPU that any application has open. On a node managed by
     the NVIDIA GPU Operator the device plugin, GPU Feature Discovery, DCGM, the DCGM exporter, the

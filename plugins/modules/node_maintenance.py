@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: node_maintenance
 short_description: Read, cordon, annotate and wait on one Kubernetes Node from the controller process
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - The Kubernetes API side of a GPU node's maintenance window, as the
     C(kubegpu.fleet.rolling_reboot) role uses it. It talks to the API with the official

@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: reboot_need
 short_description: Decide whether a GPU node needs a reboot, with the reasons
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - Gathers from the node in one task what decides a reboot, then decides on the controller
     (the logic is in C(plugins/plugin_utils/rollout/reboot_need.py)), the way

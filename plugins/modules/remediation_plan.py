@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: remediation_plan
 short_description: Decide which fixes one GPU node's audit findings call for
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Turns the C(kubegpu_audit) fact that M(kubegpu.fleet.audit_node) set for a node into a
     remediation plan, the way the C(kubegpu.fleet.remediate) playbook uses it.

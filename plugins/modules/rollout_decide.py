@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_decide
 short_description: One decision of a GPU node's rolling maintenance, with its reasons
-version_added: 0.3.0
+version_added: 0.1.0
 deprecated:
   removed_in: 1.0.0
   why: Each decision has its own module with only the options of that decision.

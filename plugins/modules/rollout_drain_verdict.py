@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_drain_verdict
 short_description: Decide whether a cordoned GPU node is drained, naming what holds it
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - The drain decision of P(kubegpu.fleet.rolling_reboot#role), after the eviction (C(drain_verdict) in
     C(plugins/plugin_utils/rollout/decisions.py)).

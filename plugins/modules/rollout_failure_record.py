@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_failure_record
 short_description: Record why a GPU node's maintenance failed
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - The failure decision of P(kubegpu.fleet.rolling_reboot#role) (C(failure_record) in
     C(plugins/plugin_utils/rollout/decisions.py)).

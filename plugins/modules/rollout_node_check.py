@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_node_check
 short_description: Wait until a GPU node's driver, NVML and device checkpoint are right again
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - After a maintenance, runs M(kubegpu.fleet.gpu_facts), M(kubegpu.fleet.driver_guard) (audit)
     and M(kubegpu.fleet.checkpoint_sync) (checked, against the GPUs NVML reports) on the node,

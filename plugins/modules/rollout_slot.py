@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_slot
 short_description: Take or give back a slot of the rollout's disruption budget, held in the cluster as a Lease
-version_added: 0.3.0
+version_added: 0.1.0
 description:
   - The disruption budget every runner of C(kubegpu.fleet.rolling_reboot) shares (AWX slices,
     overlapping jobs, a person's run) - slots are C(coordination.k8s.io/v1) Leases named

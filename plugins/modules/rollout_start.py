@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_start
 short_description: Decide how a GPU node's maintenance starts
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - The first decision of P(kubegpu.fleet.rolling_reboot#role), before the cordon (C(start_maintenance) in
     C(plugins/plugin_utils/rollout/decisions.py)).

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_uncordon_decision
 short_description: Decide whether a GPU node is made schedulable after its maintenance
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - The closing decision of P(kubegpu.fleet.rolling_reboot#role) (C(uncordon_decision) in
     C(plugins/plugin_utils/rollout/decisions.py)).

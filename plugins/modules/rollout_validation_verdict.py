@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rollout_validation_verdict
 short_description: Decide whether a GPU node is fit for GPU work again after its maintenance
-version_added: 0.4.0
+version_added: 0.1.0
 description:
   - The validation decision of P(kubegpu.fleet.rolling_reboot#role) (C(validation_verdict) in
     C(plugins/plugin_utils/rollout/decisions.py)).

@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: stack_facts
 short_description: Gather NVIDIA container toolkit, fabric manager, NVSwitch and kernel module facts
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Gathers the NVIDIA node stack beside the driver into C(ansible_facts.nvidia_stack), the facts
     the audit compares with the known-bad catalog (C(catalog/v2)).

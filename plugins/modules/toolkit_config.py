@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: toolkit_config
 short_description: Set keys of the NVIDIA Container Toolkit's config.toml (mitigation settings)
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Sets scalar keys of the NVIDIA Container Runtime configuration
     (C(/etc/nvidia-container-runtime/config.toml)), for instance the mitigation NVIDIA's bulletin
