@@ -238,8 +238,8 @@ def restore_plan(node, annotation=ANNOTATION):
         if current is None:
             out["left"][key] = "removed from the node since the pause: not created again"
         elif current != ours:
-            out["left"][key] = "now %s, changed since the pause (our pause set %s): kept" % (shown(current),
-                                                                                           shown(ours))
+            out["left"][key] = "now %s, changed since the pause (our pause set %s): kept" % (
+                shown(current), shown(ours))
         else:
             out["set"][key] = before
             out["restored"][key] = {"from": current, "to": before}

@@ -144,8 +144,8 @@ def test_restore_after_a_killed_run_reads_the_record_left_on_the_node():
     left_behind = json.loads(json.dumps(left_behind))       # as read back from the API
     back, plan = restored(left_behind)
     assert back["metadata"]["labels"] == before["metadata"]["labels"]
-    assert plan["restored"][P + "nvsm"] == {"from": "paused-for-driver-upgrade_" + PAUSED,
-                                           "to": "paused-for-driver-upgrade"}
+    assert plan["restored"][P + "nvsm"] == {
+        "from": "paused-for-driver-upgrade_" + PAUSED, "to": "paused-for-driver-upgrade"}
 
 
 def test_restore_never_undoes_a_change_made_since_the_pause():
