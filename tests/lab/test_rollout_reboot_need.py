@@ -13,7 +13,19 @@ Three lab nodes whose /boot is laid out as three distributions install kernels (
 One run of the playbook; the boot IDs in the API before and after say which nodes rebooted, the
 plan says why the idle node was left out, and the run's JSON output counts the task executions
 per node (the goal: at most 20 in the whole rolling_reboot playbook).
+
+Six more nodes, two per layout, ask the boot loader what the flavour-blind /boot comparison
+cannot answer:
+
+* rn-<layout>-flavour: a newer kernel of another flavour (Ubuntu's ``-nvidia``, Debian's ``rt``,
+  RHEL's ``+rt``; ``boot.other_flavour``) is the boot loader's default (grub-mkconfig's entry 0,
+  grubby's default after the install): the next boot starts it, so the node reboots;
+* rn-<layout>-pinned: a newer kernel of the running flavour is installed (``boot.pending_kernel``)
+  but the default entry is the running kernel (``GRUB_DEFAULT=saved`` with ``saved_entry``,
+  ``grubby --set-default``; ``boot.default: running``): a reboot would start the running kernel
+  again, so the kernel is no reason and the node is left out of the rollout.
 """
+import re
 import os
 
 import pytest
@@ -24,6 +36,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_reboot.yml")
 LAYOUT = {"rn-kernel": ("debian", True), "rn-sentinel": ("ubuntu", False), "rn-idle": ("rhel", False)}
 NODES = sorted(LAYOUT)
+# boot-loader nodes: name -> (layout, boot profile key, reboots?)
+BOOT = dict(("rn-%s-flavour" % lay, (lay, {"other_flavour": True}, True)) for lay in ("debian", "ubuntu", "rhel"))
+BOOT.update(("rn-%s-pinned" % lay, (lay, {"pending_kernel": True, "default": "running"}, False))
+            for lay in ("debian", "ubuntu", "rhel"))
+BOOT_NODES = sorted(BOOT)
+# the title of the default entry as boot_facts reads it: grub-mkconfig's simple entry (Debian,
+# Ubuntu) or the BLS entry's title (RHEL)
+TITLE = {"debian": "Debian GNU/Linux", "ubuntu": "Ubuntu", "rhel": "Lab Linux"}
 MAX_TASKS_PER_NODE = 20
 
 PLUGIN = {
@@ -53,7 +73,8 @@ PROFILE = {
         "pods": [{"name": "train-{node}", "namespace": "ml", "gpus": 1, "app": "train"}],
     },
     "nodes": [{"name": n, "seed": "healthy", "boot": {"layout": LAYOUT[n][0], "pending_kernel": LAYOUT[n][1]}}
-              for n in NODES],
+              for n in NODES]
+    + [{"name": n, "seed": "healthy", "boot": dict(BOOT[n][1], layout=BOOT[n][0])} for n in BOOT_NODES],
     "cluster": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}, PLUGIN]},
 }
 
@@ -71,8 +92,8 @@ def lab(lab_factory):  # noqa: F811
     return lab_factory(PROFILE)
 
 
-def boot_ids(lab):
-    return dict((n, lab.node_obj(n)["status"]["nodeInfo"]["bootID"]) for n in NODES)
+def boot_ids(lab, nodes=NODES):
+    return dict((n, lab.node_obj(n)["status"]["nodeInfo"]["bootID"]) for n in nodes)
 
 
 def task_executions(res, host):
@@ -100,7 +121,8 @@ def test_needed_rollout_reboots_exactly_the_nodes_that_need_it(lab, ansible):
     before = boot_ids(lab)
 
     res = ansible.playbook(PLAYBOOK, inventory=lab.inventory, env=ENV, timeout=1200,
-                           extra_vars=dict(FAST, kubegpu_reboot="needed", kubegpu_max_unavailable=1))
+                           extra_vars=dict(FAST, kubegpu_reboot="needed", kubegpu_max_unavailable=1,
+                                           kubegpu_targets=":".join(NODES)))
     assert res.rc == 0, (res.stdout + res.stderr)[-6000:]
 
     after = boot_ids(lab)
@@ -136,6 +158,55 @@ def test_needed_rollout_reboots_exactly_the_nodes_that_need_it(lab, ansible):
     print("task executions per node: %s" % counts)
     assert counts["rn-idle"] <= 4, counts   # the need check only (include_role, its argument check, 2 tasks)
     assert max(counts.values()) <= MAX_TASKS_PER_NODE, counts
+
+
+def test_the_boot_loaders_default_decides_whatever_the_flavour(lab, ansible):
+    """Another flavour set as default reboots the node; a newer kernel that is not the default
+    does not, on the Debian, Ubuntu and RHEL layouts, through the rolling_reboot playbook."""
+    for name in BOOT_NODES:
+        wait_for(lambda n=name: (lab.pod("ml", "train-%s" % n) or {}).get("status", {}).get("phase") == "Running",
+                 120, "train-%s Running" % name)
+    release = lab.ssh("rn-debian-pinned", "uname -r").stdout.strip()
+    before = boot_ids(lab, BOOT_NODES)
+
+    res = ansible.playbook(PLAYBOOK, inventory=lab.inventory, env=ENV, timeout=1200,
+                           extra_vars=dict(FAST, kubegpu_reboot="needed", kubegpu_max_unavailable=1,
+                                           kubegpu_targets=":".join(BOOT_NODES)))
+    assert res.rc == 0, (res.stdout + res.stderr)[-6000:]
+
+    after = boot_ids(lab, BOOT_NODES)
+    rebooted = sorted(n for n in BOOT_NODES if after[n] != before[n])
+    assert rebooted == sorted(n for n in BOOT_NODES if BOOT[n][2]), (before, after)
+    need = dict((n, res.task("kubegpu.fleet.rolling_reboot : Decide whether the node needs a reboot", host=n)["need"])
+                for n in BOOT_NODES)
+    for name in BOOT_NODES:
+        layout, _boot, reboots = BOOT[name]
+        kernel = need[name]["kernel"]
+        assert kernel["running"] == release and kernel["basis"] == "boot loader", (name, kernel)
+        assert kernel["entry"] is not None and kernel["entry"].startswith(TITLE[layout]), (name, kernel)
+        if reboots:
+            # the other flavour is the newest image and the default: /boot's flavour-aware
+            # comparison alone would have found nothing newer of the running flavour
+            other = kernel["next_kernel"]
+            assert other != release and other in kernel["installed"] and other not in kernel["compared"], kernel
+            assert need[name]["reboot"] is True and kernel["pending"] is True
+            assert need[name]["reasons"] == ["the boot loader's default entry (%s) starts kernel %s (another flavour, "
+                                             "newer), %s is running" % (kernel["entry"], other, release)], need[name]
+        else:
+            same = [r for r in kernel["installed"] if r != release and r in kernel["compared"]]
+            assert len(same) == 2 and kernel["newest"] != release, kernel   # the older one and the pending one
+            assert kernel["next_kernel"] == release and kernel["pending"] is False
+            assert need[name]["reboot"] is False and need[name]["pending_reasons"] == [], need[name]
+            assert re.match(r"^the boot loader's default entry \(.+\) starts the running kernel %s: a reboot would "
+                            r"start it again \(%s installed, not the default\)$"
+                            % (re.escape(release), re.escape(kernel["newest"])), kernel["reason"]), kernel["reason"]
+    plan = res.task("kubegpu.fleet.rolling_reboot : Plan the rollout")["ansible_facts"]["kubegpu_rollout"]
+    assert sorted(plan["hosts"]) == sorted(n for n in BOOT_NODES if BOOT[n][2])
+    assert sorted(s["host"] for s in plan["skipped"]) == sorted(n for n in BOOT_NODES if not BOOT[n][2])
+    for name in BOOT_NODES:
+        node = lab.node_obj(name)
+        assert not node["spec"].get("unschedulable"), name
+        assert "kubegpu.io/maintenance" not in (node["metadata"].get("annotations") or {})
 
 
 def test_key_only_skip_label_keeps_every_role_away(lab, ansible):
