@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """README.md's finding table, generated from the one finding table.
 
     .venv/bin/python scripts/finding_table.py           # print the table
