@@ -122,30 +122,28 @@ EXAMPLES = r"""
 plugin: kubegpu.fleet.gpu_nodes
 pool_label: cloud.google.com/gke-nodepool
 
----
-# inventory/prod.gpu_nodes.yml - one kubeconfig context, hosts reached by node name
-plugin: kubegpu.fleet.gpu_nodes
-kubeconfig: ~/.kube/prod
-context: prod-admin
-address: hostname
-node_selector: node-role.kubernetes.io/gpu-worker
-keyed_groups:
-  - key: kubegpu_node.labels['topology.kubernetes.io/zone'] | default('none')
-    prefix: zone
-groups:
-  needs_attention: kubegpu_gpu.mig.config_state == 'failed' or not kubegpu_node.ready
+# inventory/prod.gpu_nodes.yml - one kubeconfig context, hosts reached by node name (a file of its own):
+#   plugin: kubegpu.fleet.gpu_nodes
+#   kubeconfig: ~/.kube/prod
+#   context: prod-admin
+#   address: hostname
+#   node_selector: node-role.kubernetes.io/gpu-worker
+#   keyed_groups:
+#     - key: kubegpu_node.labels['topology.kubernetes.io/zone'] | default('none')
+#       prefix: zone
+#   groups:
+#     needs_attention: kubegpu_gpu.mig.config_state == 'failed' or not kubegpu_node.ready
 
----
-# inventory/awx.gpu_nodes.yml - no SSH: exec into the kubegpu node agent DaemonSet's pod on each node
-plugin: kubegpu.fleet.gpu_nodes
-address: kubectl
-kubectl_namespace: kubegpu-system
-kubectl_pod_selector: app.kubernetes.io/name=kubegpu-node-agent
-kubectl_host_mount: /host
-cache: true
-cache_plugin: ansible.builtin.jsonfile
-cache_connection: /tmp/kubegpu-inventory-cache
-cache_timeout: 600
+# inventory/awx.gpu_nodes.yml - no SSH: exec into the kubegpu node agent DaemonSet's pod on each node (a file of its own):
+#   plugin: kubegpu.fleet.gpu_nodes
+#   address: kubectl
+#   kubectl_namespace: kubegpu-system
+#   kubectl_pod_selector: app.kubernetes.io/name=kubegpu-node-agent
+#   kubectl_host_mount: /host
+#   cache: true
+#   cache_plugin: ansible.builtin.jsonfile
+#   cache_connection: /tmp/kubegpu-inventory-cache
+#   cache_timeout: 600
 """
 
 import os
