@@ -181,8 +181,9 @@ def test_cve_2024_0132_legacy_yes_cdi_not_applicable(facts):
     assert not {"ctk-cve-2024-0132", "ctk-cve-2024-0133"} & cdi_ids, cdi_ids
     assert "CVE-2024-0132" not in cdi["evidence"]["cves"]
     # the same version on the CDI node: evaluated, in range, ruled out by the condition
-    result = catalog_evaluate.evaluate(catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2")), "container-toolkit",
-                                 "1.14.6", catalog_rules.condition_facts({"stack": facts["stack-cdi"][1]}))
+    result = catalog_evaluate.evaluate(
+        catalog_load.load_catalog(os.path.join(REPO, "catalog", "v2")), "container-toolkit", "1.14.6",
+        catalog_rules.condition_facts({"stack": facts["stack-cdi"][1]}))
     assert "ctk-cve-2024-0132" in [n["id"] for n in result["not_applicable"]]
 
 
