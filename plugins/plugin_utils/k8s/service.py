@@ -16,14 +16,17 @@ def json_pointer(*parts):
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def object_path(api_version, plural, name=None, namespace=None):
-    """REST path of a collection or an object: ``v1`` -> /api/v1, ``apps/v1`` -> /apis/apps/v1."""
+def object_path(api_version, plural, name=None, namespace=None, subresource=None):
+    """REST path of a collection or an object (or its ``subresource``, ``status``): ``v1`` -> /api/v1,
+    ``apps/v1`` -> /apis/apps/v1."""
     path = ("/api/" if "/" not in api_version else "/apis/") + api_version
     if namespace:
         path += "/namespaces/" + quote(namespace, safe="")
     path += "/" + plural
     if name is not None:
         path += "/" + quote(name, safe="")
+        if subresource:
+            path += "/" + quote(subresource, safe="")
     return path
 
 
@@ -49,10 +52,11 @@ def list_items(client, api_version, plural, namespace=None, field_selector=None,
                           query=query or None).get("items") or []
 
 
-def json_patch(client, api_version, plural, name, ops, namespace=None, what=None):
-    """Send an RFC 6902 JSON patch; the object as the API returns it."""
+def json_patch(client, api_version, plural, name, ops, namespace=None, what=None, subresource=None):
+    """Send an RFC 6902 JSON patch (to the object's ``subresource`` when given); the object as the API
+    returns it."""
     return client.request(what or "patch %s %s" % (plural, name), "PATCH",
-                          object_path(api_version, plural, name, namespace), body=ops,
+                          object_path(api_version, plural, name, namespace, subresource), body=ops,
                           content_type="application/json-patch+json")
 
 

@@ -1,0 +1,98 @@
+"""The fleet report of a run from published results: the run id, the nodes no slice covered, what
+changed; and the directory store (atomic files, lock, rejected entries)."""
+import datetime
+import json
+import os
+
+import pytest
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import fleet, results, store
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build
+
+CRIT = {"id": "driver.known_bad", "severity": "critical", "title": "Known-bad driver", "evidence": {"v": 1}}
+WARN = {"id": "kubelet.memory_reservation", "severity": "warning", "title": "No memory reservation"}
+UVM = {"id": "uvm.node_missing", "severity": "critical", "title": "no /dev/nvidia-uvm"}
+T1, T2 = "2026-11-01T02:00:00Z", "2026-11-10T02:00:00Z"
+
+
+def entry(name, *findings, status="audited"):
+    return {"name": name, "status": status, "findings": list(findings)}
+
+
+def test_run_identity_follows_what_awx_puts_in_the_extra_vars():
+    now = datetime.datetime(2026, 11, 1, 2, 0, 0, tzinfo=datetime.timezone.utc)
+    slice_vars = {"awx_job_id": 812, "awx_workflow_job_id": 810, "tower_job_id": 812}
+    assert fleet.run_identity(None, slice_vars) == ("awx-workflow-810", "awx_workflow_job_id")
+    assert fleet.run_identity("", {"awx_job_id": 7}) == ("awx-job-7", "awx_job_id")
+    assert fleet.run_identity("nightly-1", slice_vars) == ("nightly-1", "kubegpu_audit_run_id")
+    assert fleet.run_identity(None, {}, now=now, pid=12) == ("local-20261101T020000Z-12", "generated")
+    with pytest.raises(results.StoredResultError):
+        fleet.run_identity("no spaces allowed", {})
+
+
+def test_the_fleet_lists_every_known_node_and_says_why_one_was_not_audited():
+    old = results.make_record(entry("gpu-c", WARN), "run-1", T1)
+    records = {"gpu-a": results.make_record(entry("gpu-a", CRIT), "run-2", T2),
+               "gpu-b": results.make_record(entry("gpu-b"), "run-2", T2), "gpu-c": old}
+    rejected = {"gpu-d": "the result on Node gpu-d is not trusted: schema 'x'"}
+    cluster = [{"metadata": {"name": "gpu-e", "labels": {"nvidia.com/gpu.present": "true"}}},
+               {"metadata": {"name": "cpu-0"}}]
+    assert fleet.select_run(records) == "run-2"
+    nodes, run_records = fleet.fleet_nodes(records, rejected, "run-2", known=["gpu-f"], cluster_nodes=cluster)
+    by = dict((n["name"], n) for n in nodes)
+    assert sorted(by) == ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"]   # cpu-0 is not a GPU node
+    assert sorted(run_records) == ["gpu-a", "gpu-b"]
+    assert by["gpu-c"]["status"] == "not_audited" and "last result is of run run-1 at %s" % T1 in by["gpu-c"]["error"]
+    assert by["gpu-d"]["error"].startswith("the result on Node gpu-d is not trusted")
+    assert "no slice of run run-2" in by["gpu-e"]["error"] and by["gpu-f"]["status"] == "not_audited"
+    report = build.build_report(nodes, generated_at=T2)
+    assert report["summary"]["nodes_not_audited"] == 4 and report["summary"]["not_audited"] == [
+        "gpu-c", "gpu-d", "gpu-e", "gpu-f"]
+    assert report["summary"]["nodes_clean"] == 1
+
+
+def test_changes_new_resolved_persisting_with_first_seen():
+    prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
+    now = results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev)
+    nodes, run_records = fleet.fleet_nodes({"gpu-a": now}, {}, "run-2")
+    report = fleet.annotate_changes(build.build_report(nodes, generated_at=T2), run_records, "run-2")
+    node = report["nodes"][0]
+    f = dict((x["id"], x) for x in node["findings"])
+    assert f["driver.known_bad"]["change"] == "persisting" and f["driver.known_bad"]["first_seen"] == T1
+    assert f["driver.known_bad"]["known_days"] == 9.0
+    assert f["uvm.node_missing"]["change"] == "new" and f["uvm.node_missing"]["first_seen"] == T2
+    assert node["resolved"] == [{"id": "kubelet.memory_reservation", "first_seen": T1, "last_seen": T1}]
+    assert node["previous_run"] == {"id": "run-1", "time": T1}
+    assert report["changes"]["counts"] == {"new": 1, "resolved": 1, "persisting": 1}
+
+
+def test_directory_store_publishes_reads_and_rejects(tmp_path):
+    where = store.DirectoryStore(str(tmp_path / "results"))
+    out, replaced = where.publish([entry("gpu-a", CRIT), entry("gpu-b", WARN), entry("Bad_Name")], "run-1", T1)
+    assert out["gpu-a"]["changed"] and "not a Kubernetes node name" in out["Bad_Name"]["error"] and not replaced
+    assert oct(os.stat(str(tmp_path / "results" / "nodes" / "gpu-a.json")).st_mode & 0o777) == "0o640"
+    (tmp_path / "results" / "nodes" / "gpu-b.json").write_text('{"schema": "kubegpu.fleet/audit-node-result"')
+    (tmp_path / "results" / "nodes" / "notes.txt").write_text("hello")
+    (tmp_path / "results" / "nodes" / "gpu-c.json").write_bytes(b"x" * (results.RECORD_MAX + 10))
+    records, rejected, _ = where.read()
+    assert sorted(records) == ["gpu-a"]
+    assert "not valid JSON" in rejected["gpu-b"] and "not a node result file" in rejected["notes.txt"]
+    assert "more than" in rejected["gpu-c"]
+    # the next run replaces the untrusted file and says so; check mode writes nothing
+    out, replaced = where.publish([entry("gpu-b", WARN)], "run-2", T2, check_mode=True)
+    assert out["gpu-b"]["changed"] and "gpu-b" in replaced
+    assert "not valid JSON" in where.read()[1]["gpu-b"]
+    where.publish([entry("gpu-a", CRIT), entry("gpu-b", WARN)], "run-2", T2)
+    records, rejected, _ = where.read()
+    assert records["gpu-a"]["first_seen"] == {"driver.known_bad": T1} and records["gpu-b"]["previous"] is None
+    assert json.loads((tmp_path / "results" / "nodes" / "gpu-a.json").read_text())["run"]["id"] == "run-2"
+
+
+def test_directory_store_refuses_a_directory_others_can_write(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(str(shared), 0o777)
+    with pytest.raises(store.StoreError, match="cannot use the result directory"):
+        store.DirectoryStore(str(shared / "results")).publish([entry("gpu-a")], "run-1", T1)
+    with pytest.raises(store.StoreError, match="absolute path"):
+        store.DirectoryStore("relative/dir")
