@@ -433,7 +433,7 @@ def _loader_cache():
     forget the files a closed Client removed, so that a later load in the same process (an Ansible
     loop runs every item in one worker) writes them anew instead of handing out a removed path
     (kubernetes 28 and older do not check that a remembered file still exists).
-    tests/unit/plugins/plugin_utils/test_k8s_tempfiles.py fails if the package changes it."""
+    tests/unit/plugins/plugin_utils/k8s/test_k8s_tempfiles.py fails if the package changes it."""
     try:
         from kubernetes.config import kube_config  # pylint: disable=import-outside-toplevel
     except ImportError:
