@@ -22,7 +22,7 @@ replaced atomically when it succeeds.
 
 Every product row that does not become an entry is listed on stderr with the reason
 (``not imported: ...``); a product the importer does not know (neither a catalog component nor
-one it leaves out, NOT_IMPORTED in scripts/kubegpu_csaf/importer.py) is an error.
+one it leaves out, NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py) is an error.
 
 Exit status: 0 done, 1 --check found differences, 2 error. Any malformed document ends in
 `error: FILE: reason` on stderr and exit 2 (each document is bounded in size, nesting and time).
@@ -53,7 +53,7 @@ sys.path.insert(0, _collection_path())
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate  # noqa: E402
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load  # noqa: E402
-from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer  # noqa: E402
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import csaf as importer  # noqa: E402
 
 
 MESSAGE_MAX = 600
@@ -128,7 +128,7 @@ def main(argv=None):
             return _error(args.check, exc)
         diffs = []
         for comp, gen in sorted(generated.items()):
-            diffs.extend(importer.compare(gen, [e for e in entries if e["component"] == comp]))
+            diffs.extend(importer.compare(gen, [e for e in entries if e["component"] == comp], comp))
         for line in diffs:
             print(line)
         print("%d generated entries, %d difference(s)" % (sum(len(g) for g in generated.values()), len(diffs)),

@@ -13,7 +13,7 @@ clear ``msg``, the files the task was pointed at intact by sha256, nothing writt
   must parse with independent parsers into exactly the template's structure
   (``lib.report_checks``), and promtool must accept the metrics.
 
-The CSAF importer's corpus is tests/unit/scripts/kubegpu_csaf/test_csaf_import_hostile.py (a maintainer script, run
+The CSAF importer's corpus is tests/unit/plugins/plugin_utils/catalog/test_csaf_import_hostile.py (a maintainer script, run
 through its CLI there); the renderers' unit corpus is tests/lib/report_corpus.py, run by
 tests/unit/plugins/plugin_utils/audit/report/test_*_format.py.
 """

@@ -66,6 +66,7 @@ CONDITIONS = {
     "driver_preinstalled": "bool",    # host driver, GPU Operator driver.enabled=false
     "os": "enum",                     # <ID><major VERSION_ID>: rhel8, ubuntu22, ...
     "rdma": "bool",                   # ibverbs devices present on the node
+    "vgpu_guest": "bool",             # the node is a VM running NVIDIA's vGPU guest driver
 }
 
 _DISTRO_SUFFIX = re.compile(r"^(ubuntu|ubi|centos|rhel|rocky|amzn|debian|sles|photon)\d", re.I)

@@ -1,7 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""NVIDIA CSAF 2.0 advisories -> catalog v2 entries (maintainer tool, not part of the collection's artifact).
+"""NVIDIA CSAF 2.0 advisories -> catalog v2 entries: the one importer.
+
+Two callers share it: the maintainer's ``scripts/import_csaf.py`` (regenerates and checks the
+bundled ``catalog/v2``) and the ``kubegpu.fleet.catalog_refresh`` action (a user's overlay from
+NVIDIA's repository or a mirror, ``refresh.py``).
 
 NVIDIA publishes every PSIRT bulletin as a CSAF 2.0 document (``<year>/<a_id>/<a_id>.json``
 in the NVIDIA/product-security repository). This module reads the parts of the format that
@@ -17,21 +21,24 @@ carry facts the catalog needs:
   ``remediations`` (``vendor_fix``/``mitigation``/``workaround``, when present; NVIDIA's
   current documents have none).
 
-Only the Linux data-center rows become entries (driver "Tesla" rows per branch, container
-toolkit, GPU Operator, device plugin, MIG manager, fabric manager, DCGM, DCGM Exporter);
-every other row (GeForce, RTX/Quadro, vGPU, guest-driver, Windows, ...) is listed in
-``skipped`` with the reason (``NOT_IMPORTED``), and a product in neither table is an error. One entry per CVE and
-component, with one affected item per driver branch. Row qualifiers that the format cannot
+The Linux rows of the components on a Kubernetes GPU node become entries (driver "Tesla" rows
+per branch, vGPU guest-driver rows per branch with the condition ``vgpu_guest: true``,
+container toolkit, GPU Operator, device plugin, MIG manager, fabric manager, DCGM, DCGM
+Exporter); every other row (GeForce, RTX/Quadro, Cloud Gaming, Virtual GPU Manager, Windows,
+...) is listed in ``skipped`` with the reason (``NOT_IMPORTED``), and a product in neither
+table is an error. One entry per CVE and component, with one affected item per driver branch
+(and per guest-driver branch). Row qualifiers that the format cannot
 carry ("only when CDI is enabled") go to ``notes`` and to ``warnings``: the maintainer turns
 them into structured conditions when reviewing.
 
-Nothing in a document is trusted: ``read_document`` bounds its size (MAX_BYTES), nesting
-(MAX_DEPTH) and encoding before and after ``json`` parses it, every field is type-checked where
-it is read (a wrong type is a CsafError naming the field), and ``scripts/import_csaf.py`` puts
+Nothing in a document is trusted: ``parse_json`` parses under ``plugin_utils/parse_bound.py``
+(size MAX_BYTES, nesting MAX_DEPTH, UTF-8, then no NaN/Infinity anywhere), every field is type-checked where
+it is read (a wrong type is a CsafError naming the field), and ``load_path``/``load_bytes`` put
 a wall-clock bound (DEADLINE) around each document. ``combine`` keeps one entry per id across
-documents (the newer revision of one bulletin wins); ``plan_merge`` builds and validates the
-merged catalog in memory, with the audit's own reader and validator, before anything is
-written, and ``write_files`` replaces each changed file atomically.
+documents (the newer revision of one bulletin wins; a CVE that two bulletins list is merged,
+see ``merge_advisories``); ``plan_merge`` builds and validates the merged catalog in memory,
+with the audit's own reader and validator, before anything is written, and ``write_files``
+writes each changed file through ``module_utils/_common/fileutil.py``.
 
 CLI: ``scripts/import_csaf.py`` (see catalog/README.md).
 """
@@ -39,15 +46,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
+import math
 import os
 import re
 import signal
 import stat
-import tempfile
 import threading
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 
 try:  # optional: validates that each vector really scores the base score NVIDIA printed
@@ -71,6 +79,17 @@ ROWS = (
      re.compile(r"^(Linux|All|)(\s*\(\d+(\.\d+)*\))?$", re.I)),
 )
 
+# vGPU guest-driver rows (NVIDIA vGPU software's Linux guest driver, run by a VM with a vGPU):
+# driver entries whose items hold only where the node runs that driver (``vgpu_guest: true``).
+# The architecture names the branch ("Linux(R570 vGPU 18)", "Linux(R535)"), or only the vGPU
+# release ("Linux(vGPU 19)", bulletin 5861): then the branch is the major of the row's version.
+GUEST_PRODUCT = re.compile(r"^(Guest driver|vGPU software \(guest driver\))$", re.I)
+GUEST_ARCH = re.compile(r"^Linux\s*\((?:R(\d+))?\s*(?:vGPU(?: software)?\s*\d*)?\s*\)$", re.I)
+GUEST_KEY = "guest:"
+GUEST_CONDITIONS = {"vgpu_guest": True}
+# "450.172.01(All versions prior to and including vGPU 11.7)": the version is the last affected
+_GUEST_UPTO = re.compile(r"^All versions (?:prior to and including|up to and including)\b", re.I)
+
 # Products NVIDIA's bulletins cover that are not catalog components, each with the reason the
 # importer gives for not importing its rows. A product name in neither ROWS nor this table is
 # an error: a person decides whether it is a new component or one more product to leave out.
@@ -78,9 +97,8 @@ NOT_IMPORTED = (
     (re.compile(r"^(GeForce|Studio|NVS|(NVIDIA )?RTX|(NVIDIA )?Quadro|(NVIDIA )?RTX ?PRO|GeForce, NVIDIA RTX/Quadro, NVS|"
                 r"NVIDIA RTX/ ?Quadro, NVS|NVIDIA RTX, Quadro, NVS|NVIDIA RTX PRO, RTX, Quadro)$", re.I),
      "GeForce/RTX/Quadro/NVS/Studio driver rows: data-center GPU nodes run the data-center (Tesla) driver rows"),
-    (re.compile(r"^(Guest driver|vGPU software \(guest driver\)|NVIDIA Cloud Gaming ?\(guest driver\)|"
-                r"Cloud Gaming Guest Driver)$", re.I),
-     "vGPU guest driver rows: the catalog has no vGPU guest-driver component"),
+    (re.compile(r"^(NVIDIA Cloud Gaming ?\(guest driver\)|Cloud Gaming Guest Driver)$", re.I),
+     "Cloud Gaming guest driver rows: a driver for cloud gaming VMs, not for Kubernetes GPU nodes"),
     (re.compile(r"^(Virtual GPU Manager|vGPU software \(Virtual GPU Manager\)|NVIDIA Cloud Gaming ?\(Virtual GPU Manager\)|"
                 r"Cloud Gaming Virtual GPU Manager)$", re.I),
      "vGPU host software (Virtual GPU Manager): runs on the hypervisor, not on a Kubernetes node"),
@@ -176,33 +194,36 @@ def check_depth(value, max_depth=MAX_DEPTH):
             stack.extend((v, depth + 1) for v in item)
 
 
+def _refuse_non_finite(doc):
+    """No NaN or Infinity anywhere (RFC 8259 has neither; Python's json reads them)."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            _refuse_constant({"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(repr(item), repr(item)))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def parse_json(data):
-    """``bytes`` of a CSAF document -> the document: UTF-8, at most MAX_BYTES, strict JSON, at
-    most MAX_DEPTH levels. Raises CsafError naming the problem."""
-    if len(data) > MAX_BYTES:
-        raise CsafError("larger than %d bytes" % MAX_BYTES)
+    """``bytes`` of a CSAF document -> the document, parsed under ``parse_bound.load_json``: UTF-8
+    (a BOM is dropped), at most MAX_BYTES, at most MAX_DEPTH levels, strict JSON (no NaN or
+    Infinity). Raises CsafError naming the problem."""
+    if isinstance(data, (bytes, bytearray)) and data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CsafError("not UTF-8 (byte %d: %s)" % (exc.start, exc.reason))
-    # json's decoder recurses once per level: count brackets first so a deep document never
-    # reaches it (a string holding brackets only makes this estimate higher, never lower)
-    depth = deepest = 0
-    for char in re.findall(r'[\[\]{}]|"(?:[^"\\]|\\.)*"', text):
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    if deepest > MAX_DEPTH:
-        raise CsafError("nested deeper than %d levels" % MAX_DEPTH)
-    try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise CsafError("nested too deeply for the JSON parser")
-    except ValueError as exc:  # JSONDecodeError
-        raise CsafError("not JSON: %s" % exc)
+        doc = parse_bound.load_json(data, "the CSAF document", max_bytes=MAX_BYTES, max_nesting=MAX_DEPTH)
+    except parse_bound.ShapeError as exc:
+        if "nested" in str(exc):
+            raise CsafError("nested deeper than %d levels" % MAX_DEPTH)
+        raise CsafError("larger than %d bytes" % MAX_BYTES if "bytes" in str(exc) else str(exc))
+    except parse_bound.ParseError as exc:
+        raise CsafError(str(exc).replace("the CSAF document is not valid JSON", "not JSON")
+                        .replace("the CSAF document is not UTF-8", "not UTF-8"))
     check_depth(doc)
+    _refuse_non_finite(doc)
     return doc
 
 
@@ -302,6 +323,8 @@ def classify(row):
     product it leaves out (NOT_IMPORTED, Windows rows); raises CsafError for a product or
     architecture this importer does not know."""
     product, arch = (row.get("product") or "").strip(), (row.get("arch") or "").strip()
+    if GUEST_PRODUCT.match(product):
+        return _classify_guest(row, product, arch)
     for component, prod_re, arch_re in ROWS:
         if prod_re.match(product):
             m = arch_re.match(arch)
@@ -310,14 +333,37 @@ def classify(row):
             if WINDOWS_ARCH.match(arch):
                 return None, "Windows rows: Kubernetes GPU nodes run Linux"
             raise CsafError("product %s: unknown architecture %s (not a Linux row this importer reads): add it to "
-                            "ROWS or NOT_IMPORTED in scripts/kubegpu_csaf/importer.py"
+                            "ROWS or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
                             % (catalog_validate.short(product), catalog_validate.short(arch)))
     for prod_re, reason in NOT_IMPORTED:
         if prod_re.match(product):
             return None, reason
     raise CsafError("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
-                    "leaves out; add it to ROWS or NOT_IMPORTED in scripts/kubegpu_csaf/importer.py"
+                    "leaves out; add it to ROWS or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
                     % (catalog_validate.short(product), catalog_validate.short(arch)))
+
+
+def _classify_guest(row, product, arch):
+    """A vGPU guest-driver row: ``("driver", "guest:<branch>")``; Windows and Cloud Gaming rows
+    are not imported (``(None, reason)``)."""
+    if WINDOWS_ARCH.match(arch):
+        return None, "Windows rows: Kubernetes GPU nodes run Linux"
+    if re.search(r"gaming", arch, re.I):
+        return None, "Cloud Gaming guest driver rows: a driver for cloud gaming VMs, not for Kubernetes GPU nodes"
+    m = GUEST_ARCH.match(arch)
+    if not m:
+        raise CsafError("product %s: unknown architecture %s (not a Linux row this importer reads): add it to "
+                        "GUEST_ARCH or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
+                        % (catalog_validate.short(product), catalog_validate.short(arch)))
+    branch = m.group(1)
+    if not branch:
+        first = re.search(r"(\d+)\.\d+", _str(row.get("version_text"), "a guest row's version text"))
+        if not first:
+            raise CsafError("product %s, architecture %s: no branch in the architecture and no version in %s"
+                            % (catalog_validate.short(product), catalog_validate.short(arch),
+                               catalog_validate.short(row.get("version_text"))))
+        branch = first.group(1)
+    return "driver", GUEST_KEY + branch
 
 
 def parse_row_version(text, status):
@@ -500,21 +546,51 @@ def import_advisory(doc, path=None, verified=None):
 
 
 def _branch_key(branch):
-    return int(branch) if branch and branch.isdigit() else -1
+    """Data-center branches first, then guest-driver branches, each by number."""
+    guest = bool(branch) and branch.startswith(GUEST_KEY)
+    number = branch[len(GUEST_KEY):] if guest else branch
+    return guest, int(number) if number and number.isdigit() else -1
+
+
+def default_remediation(component, affected, advisory_ids):
+    """The remediation text of an entry whose document carries none: the first fixed release of
+    each branch (guest-driver branches marked), naming the bulletins."""
+    fixes = []
+    for i in affected:
+        if not i.get("fixed"):
+            continue
+        text = "R%s %s" % (i["branch"], i["fixed"]) if "branch" in i else str(i["fixed"])
+        if (i.get("conditions") or {}).get("vgpu_guest"):
+            text = "vGPU guest driver " + text
+        if text not in fixes:
+            fixes.append(text)
+    return ("Upgrade to the first fixed release of the installed %s or later: %s (NVIDIA security bulletin%s %s)."
+            % ("branch" if component == "driver" else "line", ", ".join(fixes) or "none published",
+               "s" if len(advisory_ids) > 1 else "", " and ".join(str(a) for a in advisory_ids)))
 
 
 def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
     cve = vuln["cve"]
     eid = "%s-%s" % (ID_PREFIX[component], cve.lower())
     affected, qualifiers, pids = [], [], set()
-    for branch in sorted(branches, key=_branch_key):
+    for key in sorted(branches, key=_branch_key):
+        guest = bool(key) and key.startswith(GUEST_KEY)
+        branch = key[len(GUEST_KEY):] if guest else key
         item = {} if branch is None else {"branch": _Quoted(branch)}
         fixed = None
         bounds = {}
-        for status, pid, row in branches[branch]:
+        guest_notes = []
+        for status, pid, row in branches[key]:
             pids.add(pid)
             parsed = parse_row_version(row["version_text"], status)
-            if parsed.get("qualifier"):
+            if guest and parsed.get("qualifier"):
+                # the qualifier names NVIDIA vGPU software's release: a note, not a condition
+                guest_notes.append("%s: %s" % ("fixed" if status in ("fixed", "first_fixed") else "affected",
+                                               parsed["qualifier"]))
+                if "exact" in parsed and status not in ("fixed", "first_fixed") \
+                        and _GUEST_UPTO.match(parsed["qualifier"]):
+                    parsed = {"last_affected": parsed["exact"]}
+            elif parsed.get("qualifier"):
                 qualifiers.append("%s: %s" % (row["version_text"], parsed["qualifier"]))
             if status in ("fixed", "first_fixed"):
                 for v in parsed.get("listed") or [parsed.get("exact") or parsed.get("before")
@@ -531,6 +607,12 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
                 bounds["last_affected"] = parsed["exact"]
         if not bounds:
             continue  # a fixed row without an affected row says nothing about this branch
+        if fixed and branch and not catalog_validate.in_branch(_order(component, fixed), branch):
+            # bulletin 5703 names 575.274.02 as the fix of its R535 vGPU 16 guest row
+            warnings.append("%s: the fixed row of branch %s names %s, outside the branch; the item keeps only "
+                            "the affected bound" % (eid, branch, fixed))
+            guest_notes.append("NVIDIA's fixed row names %s, outside this branch" % fixed)
+            fixed = None
         if fixed and bounds.get("last_affected") and _order(component, bounds["last_affected"]) >= _order(component, fixed):
             # "0.0 to 4.8.2" affected and "4.8.2" fixed (bulletin 5857): the fixed row decides
             warnings.append("%s: affected row says up to and including %s but the fixed row says %s; using "
@@ -547,6 +629,12 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
         if fixed and bounds.get("before") and _version(component, fixed) != _version(component, bounds["before"]):
             warnings.append("%s: affected row says prior to %s but the fixed row says %s; using %s"
                             % (eid, bounds["before"], fixed, fixed))
+        if guest:
+            item["conditions"] = dict(GUEST_CONDITIONS)
+            item["note"] = "vGPU guest driver (NVIDIA vGPU software)" + (
+                "; " + "; ".join(guest_notes) if guest_notes else "")
+        elif guest_notes:
+            item["note"] = "; ".join(guest_notes)
         affected.append(item)
     if not affected:
         return None
@@ -566,11 +654,7 @@ def _entry(doc, vuln, component, branches, advisory, urls, verified, warnings):
     if fix_texts:
         remediation = " ".join(fix_texts)
     else:
-        fixes = ["R%s %s" % (i["branch"], i["fixed"]) if "branch" in i else str(i["fixed"])
-                 for i in affected if i.get("fixed")]
-        remediation = ("Upgrade to the first fixed release of the installed %s or later: %s (NVIDIA security "
-                       "bulletin %s)." % ("branch" if component == "driver" else "line",
-                                          ", ".join(fixes) or "none published", advisory["id"]))
+        remediation = default_remediation(component, affected, [advisory["id"]])
     entry = {
         "id": eid,
         "kind": "security",
@@ -598,22 +682,76 @@ KEY_ORDER = ("id", "kind", "title", "description", "cves", "severity", "affected
              "mitigation", "notes", "advisory", "sources")
 
 
+CSAF_SOURCE = re.compile(r"^https://(nvidia\.custhelp\.com/app/answers/detail/a_id/|"
+                         r"github\.com/NVIDIA/product-security/)")
+
+
+def _ranges(component, entry):
+    """``{(branch, guest): (introduced, last_affected, upper)}``: per branch (and guest-driver
+    branch) the union of the entry's items, whatever their conditions (a maintainer splits a
+    bulletin row into conditioned items; together they cover the row). ``introduced`` is the
+    lowest (None: from the first release), ``last_affected`` the highest named, ``upper`` the
+    highest bound as ``(version, inclusive)`` (None: every later version)."""
+    out = {}
+    for item in entry.get("affected") or []:
+        key = (str(item.get("branch") or ""), (item.get("conditions") or {}).get("vgpu_guest") is True)
+        intro = item.get("introduced")
+        last = item.get("last_affected")
+        if item.get("fixed"):
+            upper = (_order(component, item["fixed"]), False)
+        elif last:
+            upper = (_order(component, last), True)
+        else:
+            upper = None
+        if key not in out:
+            out[key] = [intro and _order(component, intro), last and _order(component, last), upper]
+            continue
+        have = out[key]
+        have[0] = None if not intro or have[0] is None else min(have[0], _order(component, intro))
+        if last:
+            have[1] = _order(component, last) if have[1] is None else max(have[1], _order(component, last))
+        have[2] = None if upper is None or have[2] is None else max(have[2], upper)
+    return out
+
+
+def _range_words(value):
+    intro, last, upper = value
+    parts = [">= %s" % intro.text] if intro else []
+    if upper:
+        parts.append("%s %s" % ("<=" if upper[1] else "<", upper[0].text))
+    if last and not (upper and upper[1]):
+        parts.append("last affected %s" % last.text)
+    return " ".join(parts) or "all versions"
+
+
+def _covers(wide, narrow):
+    """Whether the range ``wide`` includes every version of ``narrow``."""
+    if wide[0] is not None and (narrow[0] is None or wide[0] > narrow[0]):
+        return False
+    if wide[2] is None:
+        return True
+    if narrow[2] is None:
+        return False
+    return wide[2] >= narrow[2]
+
+
 def csaf_view(entry):
-    """The fields of an entry that a CSAF document carries, normalised for comparison."""
-    affected = sorted(
-        (str(i.get("branch") or ""), str(i.get("introduced") or ""), str(i.get("last_affected") or ""),
-         str(i.get("fixed") or ""))
-        for i in entry.get("affected") or [] if not i.get("conditions"))
+    """The fields of an entry that a CSAF document carries, other than its ranges (``_ranges``),
+    normalised for comparison."""
     cves = sorted((c["id"], float(c["cvss"]["base_score"]), c["cvss"]["vector"], c.get("cwe"))
                   for c in entry.get("cves") or [])
     adv = entry.get("advisory") or {}
     return {"id": entry["id"], "kind": entry["kind"], "severity": entry["severity"], "cves": cves,
-            "affected": affected, "advisory": (str(adv.get("id", "")), str(adv.get("revision", "")))}
+            "advisory": (str(adv.get("id", "")), str(adv.get("revision", "")))}
 
 
-def compare(generated, catalog_entries):
+def compare(generated, catalog_entries, component=None):
     """Differences between generated entries and the catalog's, on the CSAF fields only.
 
+    Ranges are compared per branch (guest-driver branches apart) as the union of the items, so
+    a bulletin row that a maintainer split into conditioned items still agrees. An entry that
+    cites a source other than NVIDIA's bulletin (release notes, NVIDIA's GPU Operator security
+    page) may be wider than the bulletin (its ``notes`` say why), never narrower.
     Returns a list of human-readable lines; empty when the catalog agrees.
     """
     have = {e["id"]: e for e in catalog_entries}
@@ -627,6 +765,22 @@ def compare(generated, catalog_entries):
         for key in sorted(gv):
             if gv[key] != cv[key]:
                 out.append("%s: %s differs: CSAF %r, catalog %r" % (g["id"], key, gv[key], cv[key]))
+        comp = component or c.get("component") or g["id"].split("-cve-")[0]
+        comp = {"ctk": "container-toolkit"}.get(comp, comp)
+        gr, cr = _ranges(comp, g), _ranges(comp, c)
+        widened = any(not CSAF_SOURCE.match(str(s.get("url", ""))) for s in c.get("sources") or [])
+        for key in sorted(set(gr) | set(cr)):
+            where = "branch %s%s" % (key[0] or "(any)", " (vGPU guest)" if key[1] else "")
+            if key not in cr:
+                out.append("%s: %s missing: CSAF %s" % (g["id"], where, _range_words(gr[key])))
+            elif key not in gr:
+                if not widened:
+                    out.append("%s: %s is not in the bulletin: catalog %s" % (g["id"], where, _range_words(cr[key])))
+            elif widened and _covers(cr[key], gr[key]):
+                continue
+            elif cr[key] != gr[key]:
+                out.append("%s: %s differs: CSAF %s, catalog %s" % (g["id"], where, _range_words(gr[key]),
+                                                                   _range_words(cr[key])))
     return out
 
 
@@ -669,40 +823,133 @@ def combine(results):
     ``results``: ``[(path, import_advisory(...))]`` in command-line order. Two revisions of one
     bulletin generate the same ids: the newer revision (``_revision_key``) wins and a note says
     which file replaced which. The same revision twice (the same file given twice) counts once.
-    Raises CsafError naming the files when the same id comes from two different bulletins, or
-    from one revision with different content: a person decides those.
+    One revision with different content is an error naming both files. A CVE that two
+    bulletins list (CVE-2022-42265: R515 in 5415, R470 in 5520) is one entry made by
+    ``merge_advisories``, with a note naming the bulletins.
     """
-    chosen, notes = {}, []
+    per_id = {}  # id -> {advisory id: (entry, component, path)}
+    order = []
+    notes = []
     for path, result in results:
         for component, entries in sorted(result["entries"].items()):
             for entry in entries:
-                prev = chosen.get(entry["id"])
+                by_adv = per_id.get(entry["id"])
+                if by_adv is None:
+                    by_adv = per_id[entry["id"]] = {}
+                    order.append(entry["id"])
+                aid = str(entry["advisory"]["id"])
+                prev = by_adv.get(aid)
                 if prev is None:
-                    chosen[entry["id"]] = (entry, component, path)
+                    by_adv[aid] = (entry, component, path)
                     continue
                 old, _comp, old_path = prev
                 if old == entry:
                     continue
                 old_adv, new_adv = old["advisory"], entry["advisory"]
-                if str(old_adv["id"]) != str(new_adv["id"]):
-                    raise CsafError("entry %s comes from advisory %s (%s) and advisory %s: merge them by hand"
-                                    % (entry["id"], old_adv["id"], old_path, new_adv["id"]), path)
                 if _revision_key(old_adv) == _revision_key(new_adv):
                     raise CsafError("entry %s: revision %s of advisory %s differs from %s, which claims the same "
                                     "revision" % (entry["id"], new_adv["revision"], new_adv["id"], old_path), path)
                 if _revision_key(new_adv) > _revision_key(old_adv):
-                    chosen[entry["id"]] = (entry, component, path)
+                    by_adv[aid] = (entry, component, path)
                     notes.append("%s: revision %s (%s) replaces revision %s (%s)"
                                  % (entry["id"], new_adv["revision"], path, old_adv["revision"], old_path))
                 else:
                     notes.append("%s: revision %s (%s) is kept over revision %s (%s)"
                                  % (entry["id"], old_adv["revision"], old_path, new_adv["revision"], path))
     out = {}
-    for entry, component, _path in chosen.values():
+    for eid in order:
+        chosen = list(per_id[eid].values())
+        component = chosen[0][1]
+        if any(c[1] != component for c in chosen):
+            raise CsafError("entry %s is generated for components %s" % (eid, ", ".join(sorted(set(c[1] for c in chosen)))),
+                            chosen[-1][2])
+        if len(chosen) == 1:
+            entry = chosen[0][0]
+        else:
+            entry = merge_advisories(component, [c[0] for c in chosen])
+            chosen.sort(key=lambda c: _advisory_key(c[0]))
+            notes.append("%s: listed in bulletins %s (%s); one entry with the affected items of each"
+                         % (eid, ", ".join(str(c[0]["advisory"]["id"]) for c in chosen),
+                            ", ".join(c[2] for c in chosen)))
         out.setdefault(component, []).append(entry)
     for entries in out.values():
         entries.sort(key=lambda e: e["id"])
     return out, notes
+
+
+def _advisory_key(entry):
+    adv = entry["advisory"]
+    return str(adv.get("date", "")), _revision_key(adv), str(adv.get("id", ""))
+
+
+# The note of each item of a merged entry starts with the bulletin that lists it, so a reader of
+# one bulletin's branches (audit/rules/catalog.latest_driver_bulletin) can tell them apart.
+ITEM_BULLETIN_NOTE = "NVIDIA security bulletin %s"
+ITEM_BULLETIN_RE = re.compile(r"^NVIDIA security bulletin ([A-Za-z0-9._-]+)")
+
+
+def merge_advisories(component, entries):
+    """One entry for a CVE that several bulletins list for one component.
+
+    The newest bulletin (by its revision date) gives the title, description, CVSS, advisory and
+    remediation text it carries; ``affected`` is the union of every bulletin's items (each
+    bulletin lists the branches it fixed: 5415 names R515, 5520 R470 for CVE-2022-42265), an item
+    that two bulletins give twice counted once, each item's ``note`` starting with its bulletin
+    (ITEM_BULLETIN_NOTE); ``sources`` holds every bulletin's sources
+    (each with its own ``verified`` date and revision in ``what``); ``notes`` names the other
+    bulletins with their revision and date. A CVE whose CVSS vector differs between the
+    bulletins is an error (a person decides which holds). The result is validated again.
+    """
+    ordered = sorted(entries, key=_advisory_key)
+    newest = ordered[-1]
+    vectors = set(tuple(sorted((c["id"], c["cvss"]["vector"]) for c in e["cves"])) for e in ordered)
+    if len(vectors) > 1:
+        raise CsafError("entry %s: bulletins %s give the CVE different CVSS vectors; merge it by hand"
+                        % (newest["id"], ", ".join(str(e["advisory"]["id"]) for e in ordered)))
+    merged = dict(newest)
+    affected, seen = [], []
+    for e in ordered:
+        for item in e["affected"]:
+            plain = _plain(item)
+            if plain not in seen:
+                seen.append(plain)
+                tagged = dict(item)
+                tagged["note"] = ITEM_BULLETIN_NOTE % e["advisory"]["id"] + ("; " + item["note"] if item.get("note") else "")
+                affected.append(tagged)
+    affected.sort(key=lambda i: (_branch_key(("%s%s" % (GUEST_KEY if (i.get("conditions") or {}).get("vgpu_guest")
+                                                         else "", i.get("branch") or ""))),
+                                 str(i.get("fixed") or i.get("last_affected") or "")))
+    merged["affected"] = affected
+    sources = []
+    for e in reversed(ordered):
+        for src in e["sources"]:
+            if _plain(src) not in [_plain(x) for x in sources]:
+                sources.append(src)
+    merged["sources"] = sources
+    ids = [str(e["advisory"]["id"]) for e in ordered]
+    if newest["remediation"] == default_remediation(component, newest["affected"], [newest["advisory"]["id"]]):
+        merged["remediation"] = default_remediation(component, affected, ids)
+    others = "; ".join("NVIDIA security bulletin %s revision %s (%s) lists it too: %s"
+                       % (e["advisory"]["id"], e["advisory"]["revision"], e["advisory"]["date"],
+                          ", ".join(evaluate_range_text(i) for i in e["affected"]))
+                       for e in ordered[:-1])
+    merged["notes"] = (newest["notes"] + " " if newest.get("notes") else "") + others + "."
+    catalog_validate.validate_entry(merged, catalog_validate.COMPONENT_SCHEMES[component])
+    return merged
+
+
+def evaluate_range_text(item):
+    """``R470 < 470.239.06`` for a note (``(vGPU guest)`` on a guest-driver item)."""
+    parts = ["R%s" % item["branch"]] if item.get("branch") else []
+    if item.get("introduced"):
+        parts.append(">= %s" % item["introduced"])
+    if item.get("fixed"):
+        parts.append("< %s" % item["fixed"])
+    elif item.get("last_affected"):
+        parts.append("<= %s" % item["last_affected"])
+    if (item.get("conditions") or {}).get("vgpu_guest"):
+        parts.append("(vGPU guest)")
+    return " ".join(parts) or "all versions"
 
 
 def _plain(value):
@@ -770,35 +1017,17 @@ def plan_merge(directory, generated):
     return changes, lines
 
 
-def write_files(changes):
-    """Write every file of ``changes`` ({path: text}) atomically: all temporary files are written
-    and synced first, then each replaces its target (same directory, same mode, or 0644 for a
-    new file); on a failure before the renames every temporary file is removed."""
-    staged = []
-    try:
-        for path, text in sorted(changes.items()):
-            directory = os.path.dirname(os.path.abspath(path))
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-            staged.append((tmp, path))
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                try:
-                    mode = stat.S_IMODE(os.stat(path).st_mode)
-                except FileNotFoundError:
-                    mode = 0o644
-                os.fchmod(f.fileno(), mode)
-                os.fsync(f.fileno())
-    except BaseException:
-        for tmp, _path in staged:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
-    for directory in sorted(set(os.path.dirname(os.path.abspath(p)) for p in changes)):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def write_files(changes, backup=False):
+    """Write every file of ``changes`` ({path: text}) through ``fileutil`` (the collection's one
+    write primitive: atomic, the existing file's mode kept, 0644 for a new file; ``backup``: a
+    0600 copy of the old file beside it first). The whole set was validated by ``plan_merge``
+    before; a failure part way names the file and leaves every file whole."""
+    written = []
+    for path, text in sorted(changes.items()):
+        data = text.encode("utf-8")
+        if backup:
+            fileutil.write_file(path, data)
+        else:
+            fileutil.atomic_write(path, data)
+        written.append(path)
+    return written

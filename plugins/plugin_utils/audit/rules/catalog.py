@@ -23,6 +23,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evalu
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict as _d, dict_items as _l, nonblank as _str
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES, finding
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import csaf
 
 COMPONENTS = ("driver", "container-toolkit", "fabric-manager", "device-plugin", "gpu-operator", "mig-manager",
               "dcgm", "dcgm-exporter")
@@ -253,7 +254,9 @@ def rule_catalog(ctx):
 
 def latest_driver_bulletin(catalog):
     """``(advisory, listed branches, sources)`` of the newest driver security bulletin in the
-    catalog (latest ``advisory.date``, then id), or None when no driver entry names a dated one."""
+    catalog (latest ``advisory.date``, then id), or None when no driver entry names a dated one.
+    The branches are the data-center rows' (vGPU guest-driver items left out) of that bulletin's
+    own items (an entry merged from several bulletins tags each item with its bulletin)."""
     by_id = {}
     for e in catalog:
         adv = _d(_d(e).get("advisory"))
@@ -263,6 +266,11 @@ def latest_driver_bulletin(catalog):
         slot = by_id.setdefault(str(adv["id"]), {"advisory": adv, "branches": set(), "sources": []})
         for item in _l(e.get("affected")):
             branch = item.get("branch")
+            if _d(item.get("conditions")).get("vgpu_guest") is True:
+                continue  # a vGPU guest-driver row: the data-center branches are what the bulletin lists
+            origin = csaf.ITEM_BULLETIN_RE.match(_str(item.get("note")) or "")
+            if origin and origin.group(1) != str(adv["id"]):
+                continue  # an item another bulletin listed (one entry per CVE, csaf.merge_advisories)
             if isinstance(branch, str) and branch.isdigit():
                 slot["branches"].add(int(branch))
         for src in _l(e.get("sources")):

@@ -264,9 +264,13 @@ def test_driver_package_version_is_normalised(entries):
 
 
 def test_fleet_on_latest_fixes_has_no_security_match(entries):
-    for version in ("535.309.01", "580.159.03", "595.71.05"):
-        r = ce.evaluate(entries, "driver", version)
-        assert [m["id"] for m in r["matches"] if m["kind"] == "security"] == [], version
+    # the latest fix of each branch in the newest bulletins (5821 for R535, 5861 for the rest)
+    for version in ("535.309.01", "580.178.04", "595.91.07", "610.57.04", "615.71.09"):
+        for facts in ({}, {"vgpu_guest": True}, {"vgpu_guest": False}):
+            r = ce.evaluate(entries, "driver", version, facts)
+            assert [m["id"] for m in r["matches"] if m["kind"] == "security"] == [], (version, facts)
+    # one release earlier on R580 is not clean
+    assert [m for m in ce.evaluate(entries, "driver", "580.159.03")["matches"] if m["kind"] == "security"]
 
 
 # --------------------------------------------------------------------------- evaluator: defects, conditions
@@ -426,7 +430,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
-@given(branch=st.sampled_from([470, 535, 550, 570, 575, 580, 590, 595]),
+@given(branch=st.sampled_from([450, 470, 510, 515, 525, 535, 550, 570, 575, 580, 590, 595, 610, 615]),
        minor=st.integers(min_value=0, max_value=320), patch=st.integers(min_value=0, max_value=99))
 def test_driver_security_matches_equal_a_tuple_ordering_oracle(entries, branch, minor, patch):
     version = "%d.%d.%02d" % (branch, minor, patch)
@@ -441,7 +445,10 @@ def test_driver_security_matches_equal_a_tuple_ordering_oracle(entries, branch, 
         if e["component"] != "driver" or e["kind"] != "security":
             continue
         for item in e["affected"]:
+            if item.get("conditions"):  # vGPU guest-driver items: not on bare metal
+                continue
             if item["branch"] == str(branch) and key < tup(item["fixed"]):
                 expected[e["id"]] = item["fixed"]
-    got = {m["id"]: m["fixed"] for m in ce.evaluate(entries, "driver", version)["matches"] if m["kind"] == "security"}
+    result = ce.evaluate(entries, "driver", version, {"vgpu_guest": False})
+    got = {m["id"]: m["fixed"] for m in result["matches"] if m["kind"] == "security"}
     assert got == expected

@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as cv
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as cl
-from ansible_collections.kubegpu.fleet.scripts.kubegpu_csaf import importer as ci
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import csaf as ci
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as fs
 from ansible_collections.kubegpu.fleet.tests.lib import paths
 

@@ -62,3 +62,17 @@ def test_unknown_driver_or_no_catalog_gives_nothing():
     assert fs.rule_unlisted_branch({"nvidia": {"driver_version": "570.172.08"}}) == []
     assert fs.rule_unlisted_branch({"catalog": CATALOG, "nvidia": {"driver_version": "garbage"}}) == []
     assert fs.rule_unlisted_branch({"catalog": CATALOG}) == []
+
+
+def test_guest_driver_items_and_items_of_another_bulletin_do_not_list_a_branch():
+    newer = copy.deepcopy([e for e in CATALOG if e["component"] == "driver" and e["kind"] == "security"][0])
+    newer["id"] = "site-driver-newer"
+    newer["advisory"] = dict(newer["advisory"], id="9999", date="2099-01-01")
+    newer["affected"] = [{"branch": "580", "fixed": "580.999.01", "note": "NVIDIA security bulletin 9999"},
+                         {"branch": "570", "fixed": "570.999.01", "conditions": {"vgpu_guest": True}},
+                         {"branch": "535", "fixed": "535.999.01", "note": "NVIDIA security bulletin 5415"}]
+    (f,) = unlisted(fs.rule_catalog(ctx("570.172.08", CATALOG + [newer])))
+    assert f["evidence"]["listed_branches"] == [580] and f["evidence"]["bulletin"]["id"] == "9999"
+    (f,) = unlisted(fs.rule_catalog(ctx("535.309.01", CATALOG + [newer])))
+    assert f["evidence"]["listed_branches"] == [580]
+    assert unlisted(fs.rule_catalog(ctx("580.10.01", CATALOG + [newer]))) == []
