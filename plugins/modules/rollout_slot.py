@@ -86,9 +86,12 @@ options:
     type: float
     default: 600
   poll:
-    description: Seconds between the reads of a wait.
+    description:
+      - Seconds between the reads of a wait, jittered by +-25 % so that runners started together do not poll in
+        step. A slot given back waits about half of it for the next node on average; each read lists the Nodes
+        and the pool's Leases (and asks Prometheus when O(prometheus_url) is set).
     type: float
-    default: 5
+    default: 2
   max_hold:
     description: Seconds after which the renewer stops in any case (the Lease then expires).
     type: float
@@ -151,6 +154,24 @@ options:
     description: Node annotations to set (strings) or remove (C(null)) in the same patch.
     type: dict
     default: {}
+  queue:
+    description:
+      - With C(state=acquire), the nodes of this run's play batch in plan order (the role passes the plan's targets
+        of C(ansible_play_batch)). Slots then go in that order within the run - a node waits while the budget has
+        no room for it and for every node before it that has not taken its slot yet, including one whose host has
+        not reached its slot wait yet - whatever order Ansible's workers reach the task in
+        (C(strategy=free)).
+      - The run's hosts record their place (waiting, granted, stopped) in a file private to this user on the
+        controller, named after the run; a node before this one that got no slot stops this one too.
+      - Empty, or a queue without O(name), keeps no order. Other runs still compete through the Leases alone.
+    type: list
+    elements: str
+    default: []
+  skip_label:
+    description: Nodes of O(queue) with this label (C(key=value), or C(key) for any value), or gone from the cluster, never wait for a slot and
+      hold nobody back.
+    type: str
+    default: kubegpu.io/maintenance=skip
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.k8s_auth

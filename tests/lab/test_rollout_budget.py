@@ -24,11 +24,13 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from apidouble_fixture import api_double_factory  # noqa: F401 pylint: disable=unused-import
 from test_api_double import node, play_env
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gates as rollout_gates, lease as rollout_lease, slot as rollout_slot
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import run_queue
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 
 POOL = "kubegpu-rollout"
@@ -135,7 +137,6 @@ def renewers(holder, tmpdir):
 
 def start_playbook(ansible, tmp_path, plays):
     path = os.path.join(str(tmp_path), "held.yml")
-    import yaml
     with open(path, "w") as fh:
         yaml.safe_dump(plays, fh, sort_keys=False)
     cmd = [os.path.join(os.path.dirname(ansible.python), "ansible-playbook"), path, "-i", "localhost,", "-c", "local"]
@@ -434,3 +435,36 @@ def test_the_cordon_goes_with_the_slot_and_a_failed_cordon_gives_it_back(ansible
     assert stored_leases(proc) == {}
     node1 = [n for n in proc.client.state()["objects"]["nodes"] if n["metadata"]["name"] == "gpu-1"][0]
     assert not node1["spec"].get("unschedulable")
+
+
+# ---------------------------------------------------------------------- the plan's order
+
+def test_one_run_with_one_slot_starts_its_nodes_in_plan_order(ansible, tmp_path, api_double_factory):
+    """Four hosts of one run (strategy free, as the rolling_reboot playbook runs them), listed in
+    the inventory against the plan's order so that the workers reach the slot wait in the wrong
+    order: the slots still go in the plan's order (the queue the role passes), read from the
+    double's history of Lease creates."""
+    proc = api_double_factory(seed=fleet(6))
+    plan = ["gpu-2", "gpu-0", "gpu-3", "gpu-1"]
+    inventory = tmp_path / "hosts.yml"
+    hosts = dict(("h-%s" % n, {"ansible_connection": "local", "kubegpu_node_name": n}) for n in reversed(plan))
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=False))
+    since = max([e["seq"] for e in proc.client.history(nodes=False)] or [0])
+    take = slot_task("take", "{{ kubegpu_node_name }}", proc.kubeconfig, max_unavailable="1", renew=False,
+                     lease_duration=60, timeout=120, queue=plan)
+    take["ignore_errors"] = False
+    back = slot_task("give back", "{{ kubegpu_node_name }}", proc.kubeconfig, state="release")
+    back["ignore_errors"] = False
+    plays = [{"hosts": "all", "gather_facts": False, "strategy": "ansible.builtin.free", "tasks": [take, back]}]
+    res = ansible.playbook(plays, inventory=str(inventory), env=dict(play_env(tmp_path), ANSIBLE_FORKS="5"))
+    assert res.rc == 0, (res.stdout + res.stderr)[-4000:]
+    creates = [e for e in lease_writes(proc, since) if e["verb"] == "create" and e["code"] == 201]
+    started = [json.loads(e["body"])["metadata"]["annotations"][rollout_lease.NODE_ANNOTATION] for e in creates]
+    assert started == plan, started
+    # one slot: each create comes after the previous holder gave its Lease back
+    deletes = [e for e in lease_writes(proc, since) if e["verb"] == "delete" and e["code"] == 200]
+    assert len(deletes) == 4 and all(d["seq"] < c["seq"] for d, c in zip(deletes, creates[1:]))
+    assert stored_leases(proc) == {}
+    ledger = run_queue.ledger_path(res.task("take", host="h-gpu-2")["holder"], "kube-system", POOL,
+                                                str(tmp_path))
+    assert not os.path.exists(ledger)     # every node granted: the run's ledger is gone

@@ -195,10 +195,12 @@ def _describe(view):
     return "slots held: %s; unavailable without a slot: %s" % (held, other)
 
 
-def acquire_decision(view, node, holder, max_parallel=0):
+def acquire_decision(view, node, holder, max_parallel=0, ahead=()):
     """May ``holder`` take a slot for ``node`` now? ``{action, index, name, lease, used, limit, msg}``.
 
-    ``max_parallel`` (0: no cap) caps the slots one runner holds at once.
+    ``max_parallel`` (0: no cap) caps the slots one runner holds at once. ``ahead``: nodes of the
+    same run before ``node`` in the plan that have not taken their slot yet (run_queue.ahead):
+    the budget must have room for them first, so the run's slots go in plan order.
 
     ``action``: ``renew`` (this runner holds a slot for the node already), ``create`` (the slot's
     Lease does not exist), ``takeover`` (it is free or expired: update it guarded by ``lease``'s
@@ -213,13 +215,22 @@ def acquire_decision(view, node, holder, max_parallel=0):
         return dict(base, action="wait", msg="%s is in maintenance by %s (Lease %s, renewed %s s ago): waiting for "
                     "it to finish or its Lease to expire" % (node, mine["holder"], mine["name"], mine["age"]))
     own = [v["node"] for v in view["held"] if v["state"] == HELD and v["holder"] == holder]
+    first = [a for a in ahead or () if a != node and a not in view["holding"]]
     if max_parallel and len(own) >= int(max_parallel):
         return dict(base, action="wait", msg="%s waits: this runner has %d node(s) in maintenance (%s), "
                     "max_parallel %s" % (node, len(own), ", ".join(sorted(own)), max_parallel))
+    if max_parallel and len(own) + len(first) >= int(max_parallel):
+        return dict(base, action="wait", msg="%s waits for %s, before it in the plan (max_parallel %s, %d in "
+                    "maintenance)" % (node, ", ".join(first), max_parallel, len(own)))
     after = len(view["held"]) + 1 + len([k for k in view["other"] if k != node])
     if after > limit:
         return dict(base, action="wait", msg="no free slot for %s: %d of %d GPU node(s) would be unavailable, "
                     "max_unavailable allows %d (%s)" % (node, after, view["gpu_nodes"], limit, _describe(view)))
+    # a node before it that is unavailable already moves from "other" to a slot: it costs nothing
+    costly = [a for a in first if a not in view["other"]]
+    if after + len(costly) > limit:
+        return dict(base, action="wait", msg="%s waits for %s, before it in the plan: %d of %d slot(s) free, "
+                    "they take them first (%s)" % (node, ", ".join(first), limit - after + 1, limit, _describe(view)))
     for index in range(limit):
         slot = view["slots"].get(index)
         if slot is None:

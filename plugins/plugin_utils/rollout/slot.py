@@ -39,9 +39,15 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import service
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gates as rollout_gates, gpu_nodes, node_api
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import lease as rollout_lease
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import run_queue
 
 LEASES = ("coordination.k8s.io/v1", "leases")
 K8sError = k8s_client.K8sError
+# The slot wait polls every ``poll`` s +- 25 %. A watch on the Leases would hand a freed slot over
+# at once; measured (bench/rollout_window.py, docs/benchmarks.md) the polled handover costs about
+# half a poll interval per node (0.47 s mean at 1 s), under 2 % of a rollout of nodes that take a
+# minute and well under 1 % at real reboot times, so the wait polls (docs/rolling-reboot-budget.md).
+POLL_JITTER = 0.25
 RBAC_HINT = ("the runner's identity needs get, list, create, update and delete on coordination.k8s.io leases in "
              "the namespace %s (docs/rolling-reboot-budget.md)")
 
@@ -180,11 +186,47 @@ def gates(windows=None, prometheus=None, now=None, deadline=None, fetch=rollout_
     return out
 
 
+class Order(object):
+    """The plan's order among this run's waiting hosts (run_queue.py): the batch's nodes in plan
+    order and the run's ledger."""
+
+    def __init__(self, queue, ledger, skip_label=gpu_nodes.DEFAULT_SKIP_LABEL):
+        self.queue = run_queue.check_queue(queue)
+        self.ledger = ledger
+        self.skip_label = skip_label
+
+
 def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_parallel=0, skew=30.0, timeout=600.0,
             poll=5.0,
             windows=None, prometheus=None, stop_hosts=None, failed_annotation="kubegpu.io/maintenance-failed",
             check_mode=False, started=False, clock=time.monotonic, sleep=time.sleep, wall=time.time,
-            fetch=rollout_gates.fetch_alerts):
+            fetch=rollout_gates.fetch_alerts, order=None, jitter=random.uniform):
+    """:func:`wait_and_take`, with this node's place in the run's order (``order``: an
+    :class:`Order`, None for none) recorded: waiting, then granted or stopped."""
+    if order is None or started or check_mode or node not in order.queue:
+        order = None
+    if order is not None:
+        order.ledger.mark(node, run_queue.WAITING, order.queue)
+    outcome = run_queue.STOPPED
+    try:
+        out = wait_and_take(api, pool=pool, node=node, holder=holder, run=run, max_unavailable=max_unavailable,
+                            duration=duration, max_parallel=max_parallel, skew=skew, timeout=timeout, poll=poll,
+                            windows=windows, prometheus=prometheus, stop_hosts=stop_hosts,
+                            failed_annotation=failed_annotation, check_mode=check_mode, started=started, clock=clock,
+                            sleep=sleep, wall=wall, fetch=fetch, order=order, jitter=jitter)
+        if out["acquired"]:
+            outcome = run_queue.GRANTED
+        return out
+    finally:
+        if order is not None:
+            order.ledger.mark(node, outcome, order.queue)
+
+
+def wait_and_take(api, *, pool, node, holder, run, max_unavailable, duration, max_parallel=0, skew=30.0,
+                  timeout=600.0, poll=5.0, windows=None, prometheus=None, stop_hosts=None,
+                  failed_annotation="kubegpu.io/maintenance-failed", check_mode=False, started=False,
+                  clock=time.monotonic, sleep=time.sleep, wall=time.time, fetch=rollout_gates.fetch_alerts,
+                  order=None, jitter=random.uniform):
     """Wait for the gates and a slot for ``node``, then take it. Returns ``{acquired, decision, slot,
     index, lease, waited, queued, polls, budget, gates, notes, msg}``; raises Stop (new starts must
     stop: a failure of this run, RBAC, a window that does not open in time) or returns ``acquired``
@@ -192,7 +234,9 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
 
     The deadline bounds the wait for others only: while a slot this run holds for another node is
     what keeps the node waiting (the run's own queue, which moves as its nodes finish, each under
-    its own timeouts), the time does not count (``queued``). ``started``: the node is in
+    its own timeouts), the time does not count (``queued``); so while nodes of this run before it
+    in the plan wait in their own slot wait (``order``: they take slots first, each bounded by its
+    own deadline). ``started``: the node is in
     maintenance already (the hold before its reboot): no gates, no stop, no max_parallel; renew its
     slot, or take one anew if it was lost."""
     if started:
@@ -211,7 +255,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
             raise Stop("%s not started: %s" % (node, gate["msg"]))
         result = {"acquired": False, "decision": "wait", "slot": None, "index": None, "lease": None, "waited": waited,
                   "queued": round(queued, 3), "polls": polls, "budget": None, "gates": gate, "notes": notes,
-                  "msg": gate["msg"], "own": False}
+                  "msg": gate["msg"], "own": False, "ahead": []}
         try:
             # read every poll, gates open or not: a failure of this run stops a held node too
             nodes = api.nodes()
@@ -225,10 +269,18 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
                 for note in view["notes"]:
                     if note not in notes:
                         notes.append(note)
-                decision = rollout_lease.acquire_decision(view, node, holder, max_parallel)
+                line = {"ahead": [], "waiting": [], "stopped": []}
+                if order is not None:
+                    line = run_queue.ahead(order.queue, node, order.ledger.states(), nodes, order.skip_label)
+                    if line["stopped"]:
+                        raise Stop("the rollout stopped: %s, before %s in the plan, got no slot: %s not started"
+                                   % (", ".join(line["stopped"]), node, node))
+                decision = rollout_lease.acquire_decision(view, node, holder, max_parallel, line["ahead"])
                 result.update(budget=_budget_summary(view), msg=decision["msg"], decision=decision["action"],
-                              own=any(v["state"] == rollout_lease.HELD and v["holder"] == holder and v["node"] != node
-                                      for v in view["held"]))
+                              ahead=line["ahead"],
+                              own=bool(line["waiting"]) or any(
+                                  v["state"] == rollout_lease.HELD and v["holder"] == holder and v["node"] != node
+                                  for v in view["held"]))
                 if decision["action"] != "wait":
                     if check_mode:
                         return dict(result, acquired=True, index=decision["index"],
@@ -257,7 +309,8 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
             last["msg"] = "no slot for %s within %s s (%d polls): %s" % (node, timeout, polls, last["msg"])
             return last
         before = clock()
-        sleep(min(max(float(poll), 0.05), remaining) * (1.0 if last["decision"] == "wait" else random.uniform(0.5, 1.5)))
+        # jittered (+-25 %): runners that started together do not poll (and write) in step
+        sleep(min(max(float(poll), 0.05) * jitter(1.0 - POLL_JITTER, 1.0 + POLL_JITTER), remaining))
         if last["own"] and last["decision"] == "wait":
             slept = clock() - before
             queued += slept
@@ -475,7 +528,7 @@ SLOT_SPEC = dict({
     "lease_duration": {"type": "int", "default": 120},
     "clock_skew": {"type": "float", "default": 30},
     "timeout": {"type": "float", "default": 600},
-    "poll": {"type": "float", "default": 5},
+    "poll": {"type": "float", "default": 2},
     "max_hold": {"type": "float", "default": 86400},
     "renew": {"type": "bool", "default": True},
     "windows": {"type": "list", "elements": "dict", "default": []},
@@ -489,6 +542,8 @@ SLOT_SPEC = dict({
     "failed_annotation": {"type": "str", "default": "kubegpu.io/maintenance-failed"},
     "unschedulable": {"type": "bool"},
     "annotations": {"type": "dict", "default": {}},
+    "queue": {"type": "list", "elements": "str", "default": []},
+    "skip_label": {"type": "str", "default": gpu_nodes.DEFAULT_SKIP_LABEL},
 }, **k8s_client.AUTH_ARG_SPEC)
 
 
@@ -536,6 +591,7 @@ def checked_options(args):
     rollout_gates.normalize_windows(args["windows"])
     rollout_gates.compile_filter(args["alert_filter"])
     gpu_nodes.scaled_max_unavailable(args["max_unavailable"], 1)
+    args["queue"] = run_queue.check_queue(args["queue"])
     return args
 
 
@@ -559,12 +615,16 @@ def _acquire(task, result, args, api, run, holder, watch, environ):
                       "match_only": args["alert_filter_match_only"], "firing_only": args["alert_firing_only"],
                       "timeout": args["prometheus_timeout"], "validate_certs": args["prometheus_validate_certs"],
                       "ca_cert": args["prometheus_ca_cert"]}
+    order = None
+    if args["queue"] and args["name"] in args["queue"]:
+        order = Order(args["queue"], run_queue.Ledger(run_queue.ledger_path(holder, args["namespace"], args["pool"])),
+                      args["skip_label"])
     out = acquire(
         api, pool=args["pool"], node=args["name"], holder=holder, run=run, max_unavailable=args["max_unavailable"],
         duration=args["lease_duration"], max_parallel=args["max_parallel"], skew=args["clock_skew"],
         timeout=args["timeout"], poll=args["poll"], windows=args["windows"], prometheus=prometheus,
         stop_hosts=stopped_hosts(task.task_vars), failed_annotation=args["failed_annotation"],
-        check_mode=task.check_mode, started=args["state"] == "hold")
+        check_mode=task.check_mode, started=args["state"] == "hold", order=order)
     out.pop("lease", None)
     out.pop("own", None)
     result.update(out)
@@ -590,7 +650,8 @@ def _acquire(task, result, args, api, run, holder, watch, environ):
 def _slot(task, result, args, secrets):
     try:
         checked_options(args)
-    except (UnsafeInput, rollout_lease.LeaseError, rollout_gates.GateError, gpu_nodes.RolloutError) as exc:
+    except (UnsafeInput, rollout_lease.LeaseError, rollout_gates.GateError, gpu_nodes.RolloutError,
+            run_queue.QueueError) as exc:
         result.update(failed=True, msg=str(exc))
         return
     run, holder, watch = run_identity()
@@ -609,7 +670,7 @@ def _slot(task, result, args, secrets):
         _acquire(task, result, args, api, run, holder, watch, environ)
     except Stop as exc:
         result.update(failed=True, stopped=True, acquired=False, msg=str(exc))
-    except K8sError as exc:
+    except (K8sError, run_queue.QueueError) as exc:
         result.update(failed=True, msg=str(exc))
     finally:
         if client is not None:
