@@ -6,6 +6,7 @@ from the API read in-process (plugin_utils/k8s) or from k8s_info results the tas
 from __future__ import annotations
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_read, fleet
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.cluster_view import cluster_view
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.evaluate import evaluate_cluster
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
@@ -50,6 +51,8 @@ ARGUMENT_SPEC = {
     "deployments": {"type": "list", "elements": "dict", "default": []},
     "cluster_policies": {"type": "list", "elements": "dict"},
     "device_plugin_image_pattern": {"type": "str", "default": "k8s-device-plugin"},
+    "node_names": {"type": "list", "elements": "str"},
+    "cluster_findings": {"type": "bool", "default": True},
 }
 ARGUMENT_SPEC.update(k8s_client.AUTH_ARG_SPEC)
 
@@ -68,7 +71,11 @@ def audit_cluster(task, args):
             client = None
             try:
                 client = k8s_client.connect(args, environ=task.environ())
-                objects = service.read_cluster(client)
+                if args["node_names"] is not None:   # one slice of a run: its own Nodes only
+                    names = fleet.node_names(args["node_names"], task.task_vars.get("hostvars", {}))
+                    objects = cluster_read.read_nodes(client, names)
+                else:
+                    objects = service.read_cluster(client)
                 extra, calls, notes = read_gpu_operator(client)
                 objects.update(extra)
                 out["api_calls"] = objects["calls"] + calls
@@ -83,8 +90,10 @@ def audit_cluster(task, args):
                                 image_pattern=args["device_plugin_image_pattern"],
                                 deployments=objects["deployments"], cluster_policies=objects["cluster_policies"],
                                 cluster_policy_crd=objects["cluster_policy_crd"])
-            view["notes"] = notes
-            out.update(cluster=view, cluster_findings=evaluate_cluster(view["device_plugin_daemonsets"]))
+            view["notes"] = notes + ["Node %s is not in the cluster" % n for n in objects.get("missing") or []]
+            # a slice's pass leaves the cluster-wide findings to the report step, once per run
+            cluster_findings = evaluate_cluster(view["device_plugin_daemonsets"]) if args["cluster_findings"] else []
+            out.update(cluster=view, cluster_findings=cluster_findings)
     if "msg" in out:
         raise runner.ActionFailed(out.pop("msg"), **out)
     return out

@@ -275,7 +275,7 @@ def record_json(record):
 # ------------------------------------------------------------------------------ on a Node
 
 def _summary(record, full):
-    return {"v": RECORD_VERSION, "run": record["run"]["id"], "time": record["run"]["time"],
+    return {"v": RECORD_VERSION, "node": record["node"], "run": record["run"]["id"], "time": record["run"]["time"],
             "status": record["status"], "error": None if record["error"] is None else record["error"][:200],
             "digest": record["digest"], "full": full,
             "findings": dict((f["id"], [f["severity"], record["first_seen"].get(f["id"]), digest(f["evidence"])[7:23]])
@@ -345,7 +345,7 @@ def parse_node_annotations(node_name, annotations):
             findings.append({"id": fid, "severity": severity, "title": row.title if row else fid,
                              "evidence": {"digest": evidence,
                                           "note": "the full findings were too large for the Node annotation"}})
-    doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": node_name,
+    doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": s.get("node"),
            "run": {"id": s.get("run"), "time": s.get("time")}, "status": s.get("status"), "error": s.get("error"),
            "findings": findings, "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),
            "previous": s.get("previous")}

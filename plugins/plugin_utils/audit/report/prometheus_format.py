@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build import (
+    GENERATED_AT,
     RENDER_MAX_DEPTH,
     SEVERITIES,
     advisory_date,
@@ -55,13 +56,38 @@ def render_prometheus(report):
     for labels, value in findings:
         dedup[tuple(sorted(labels.items()))] = (labels, value)
     metric("kubegpu_finding", "gauge",
-           "Finding present on a node at the last kubegpu.fleet audit (1 = present).",
+           "Finding present on a node at the last kubegpu.fleet audit (1 = present); node empty: a finding of the "
+           "cluster, once however many nodes it affects.",
            [dedup[k] for k in sorted(dedup)])
+    affected = {}
+    for f in report["cluster"]["findings"]:
+        affected.setdefault((f["id"], f["severity"]), set()).update(f.get("nodes") or [])
+    metric("kubegpu_cluster_finding_affected_nodes", "gauge",
+           "Nodes a finding of the cluster (GPU Operator, device plugin, MIG manager, DCGM Exporter) affects at the "
+           "last audit (0: the cluster as a whole).",
+           [({"id": fid, "severity": sev}, len(affected[(fid, sev)])) for fid, sev in sorted(affected)])
+    # first-seen times (kept across runs in the result store, audit/fleet.py): "known-bad for 9 days"
+    seen = {}
+    for node in report["nodes"]:
+        for f in node["findings"]:
+            if isinstance(f.get("first_seen"), str) and GENERATED_AT.match(f["first_seen"]):
+                labels = {"node": node["name"], "id": f["id"], "severity": f["severity"]}
+                seen[tuple(sorted(labels.items()))] = (labels, _epoch(f["first_seen"]))
+    if seen:
+        metric("kubegpu_finding_first_seen_timestamp_seconds", "gauge",
+               "Unix time the finding was first seen on the node, kept across audit runs.",
+               [seen[k] for k in sorted(seen)])
     metric("kubegpu_audit_findings", "gauge", "Findings at the last audit by severity.",
            [({"severity": sev}, s["by_severity"][sev]) for sev in SEVERITIES])
     metric("kubegpu_audit_nodes", "gauge", "Nodes at the last audit by outcome.",
            [({"status": "audited"}, s["nodes_audited"]), ({"status": "unreachable"}, s["nodes_unreachable"]),
-            ({"status": "failed"}, s["nodes_failed"]), ({"status": "clean"}, s["nodes_clean"])])
+            ({"status": "failed"}, s["nodes_failed"]), ({"status": "clean"}, s["nodes_clean"]),
+            ({"status": "not_gpu_node"}, s.get("nodes_not_gpu", 0)),
+            ({"status": "not_inspected"}, s.get("nodes_not_inspected", 0))])
+    metric("kubegpu_audit_node_coverage", "gauge",
+           "What the audit saw of the node (1 for its coverage status: gpu_node, not_gpu_node, not_inspected).",
+           [({"node": n["name"], "status": n["coverage"]["status"]}, 1) for n in report["nodes"]
+            if n["status"] == "audited" and isinstance(n.get("coverage"), dict)])
     metric("kubegpu_audit_node_up", "gauge", "1 when the node was audited, 0 when unreachable or failed.",
            [({"node": n["name"]}, 1 if n["status"] == "audited" else 0) for n in report["nodes"]])
     needs_hands = set(e["node"] for e in s.get("hands_on") or [])
