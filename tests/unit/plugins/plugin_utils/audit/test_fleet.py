@@ -96,3 +96,29 @@ def test_directory_store_refuses_a_directory_others_can_write(tmp_path):
         store.DirectoryStore(str(shared / "results")).publish([entry("gpu-a")], "run-1", T1)
     with pytest.raises(store.StoreError, match="absolute path"):
         store.DirectoryStore("relative/dir")
+
+
+def test_a_fleet_report_with_changes_matches_the_schema():
+    import jsonschema
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import json_format, prometheus_format
+    from ansible_collections.kubegpu.fleet.tests.lib.paths import REPO
+    with open(os.path.join(REPO, "docs", "audit-report.schema.json")) as fh:
+        schema = json.load(fh)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
+    records = {"gpu-a": results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev),
+               "gpu-b": results.make_record(entry("gpu-b", status="unreachable"), "run-2", T2)}
+    nodes, run_records = fleet.fleet_nodes(records, {"x.txt": "not a node result file"}, "run-2", known=["gpu-c"])
+    report = build.build_report(nodes, generated_at=T2, run={"id": "run-2", "store": "directory"})
+    fleet.annotate_changes(report, run_records, "run-2", {"x.txt": "not a node result file"})
+    doc = json.loads(json_format.render_json(report))
+    jsonschema.validate(doc, schema)
+    assert doc["changes"]["rejected"] == [{"entry": "x.txt", "reason": "not a node result file"}]
+    prom = prometheus_format.render_prometheus(report)
+    first = int(datetime.datetime(2026, 11, 1, 2, 0, tzinfo=datetime.timezone.utc).timestamp())
+    assert ('kubegpu_finding_first_seen_timestamp_seconds{node="gpu-a",id="driver.known_bad",severity="critical"} %d'
+            % first) in prom
+    bad = json.loads(json.dumps(doc))
+    bad["nodes"][0]["findings"][0]["change"] = "gone"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
