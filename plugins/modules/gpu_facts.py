@@ -243,6 +243,16 @@ ansible_facts:
           description: Some GPUs are in MIG mode and some are not (the R570 hang trigger); null when unknown.
           type: bool
           sample: false
+        vgpu_guest:
+          description:
+            - The node is a VM running NVIDIA's vGPU guest driver - some GPU's C(virtualization_mode) is
+              V(vgpu) (NVML C(NVML_GPU_VIRTUALIZATION_MODE_VGPU), "vGPU inside virtual machine"). False when
+              every GPU's mode is known and none is (bare metal, or a GPU passed through to a VM, which runs
+              the data-center driver); null when unknown (procfs backend, an NVML without the query).
+            - The audit's catalog condition C(vgpu_guest) - NVIDIA's bulletins list the guest driver's CVEs
+              apart from the data-center driver's.
+          type: bool
+          sample: false
         gpu_count:
           description: Number of GPUs in C(gpus).
           type: int
@@ -282,6 +292,13 @@ ansible_facts:
                   C(memory_total_mib), C(multiprocessor_count).
               type: list
               elements: dict
+            virtualization_mode:
+              description:
+                - NVML's virtualization mode of the GPU (C(nvmlDeviceGetVirtualizationMode); nvidia-smi's
+                  C(GPU Virtualization Mode)) - V(none) (bare metal), V(passthrough), V(vgpu) (a vGPU inside a VM,
+                  guest driver), V(host_vgpu), V(host_vsga) (the hypervisor), or V(unknown).
+              type: str
+              sample: none
             errors:
               description: Errors of the calls about this GPU.
               type: list

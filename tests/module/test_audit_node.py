@@ -385,3 +385,29 @@ def test_bad_evaluation_options_fail_before_the_node(ansible):
     assert out["_rc"] != 0 and "unknown finding id(s) in skip: no.such" in out["msg"] and "probes" not in out
     out = ansible.module("audit_node", {"memory_min_fraction": "nan"})
     assert out["_rc"] != 0 and "memory_min_fraction must be a finite number" in out["msg"]
+
+
+def _audit_only(ansible, node):
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": dict(node.vars), "tasks": [
+        {"name": "audit", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit"}},
+        {"name": "dump", "ansible.builtin.debug": {"msg": "{{ kubegpu_audit }}"}}]}]
+    res = ansible.playbook(play, env=node.env)
+    assert res.rc == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.task("dump")["msg"]
+
+
+def test_a_vgpu_guest_is_reported_the_guest_driver_cves_and_bare_metal_is_not(ansible, tmp_path):
+    """580.159.03: NVIDIA's bulletin 5861 lists CVE-2026-47519 and CVE-2026-47520 for the vGPU
+    guest driver only (fixed in 580.178.04, vGPU 19.6); the data-center CVEs of 5861 hold on both."""
+    drv = fakenvml.build("580.159.03")
+    found = {}
+    for name, gpus in (("guest", fakenvml.vgpu_guest(1)), ("metal", [fakenvml.gpu(0)])):
+        node = Node(str(tmp_path / name), drv.root).setup(gpus, kernel="580.159.03")
+        audit = _audit_only(ansible, node)
+        (sec,) = [f for f in audit["findings"] if f["id"] == "security.driver"]
+        found[name] = sec
+    assert {"CVE-2026-47519", "CVE-2026-47520"} <= set(found["guest"]["evidence"]["cves"])
+    assert not {"CVE-2026-47519", "CVE-2026-47520"} & set(found["metal"]["evidence"]["cves"])
+    assert set(found["metal"]["evidence"]["cves"]) < set(found["guest"]["evidence"]["cves"])
+    guest_only = [a for a in found["guest"]["evidence"]["advisories"] if a["id"] == "driver-cve-2026-47519"]
+    assert guest_only[0]["status"] == "affected" and guest_only[0]["fixed"] == "580.178.04"

@@ -161,6 +161,23 @@ def test_nvidia_smi_backend(ansible, node):
         [fakenvml.gpu_uuid(1)] + [fakenvml.mig_uuid(1, j) for j in range(3)]
 
 
+@pytest.mark.parametrize("backend", ["nvml", "nvidia_smi"])
+def test_vgpu_guest_and_bare_metal(ansible, node, backend):
+    node.setup(fakenvml.vgpu_guest(2) + [fakenvml.gpu(2, virtualization_mode="none")])
+    f = _facts(ansible.module("gpu_facts", node.args(backend=backend), env=node.env))
+    assert f["probe"]["status"] == "ok" and f["probe"]["backend"] == backend
+    assert [g["virtualization_mode"] for g in f["gpus"]] == ["vgpu", "vgpu", "none"]
+    assert f["vgpu_guest"] is True
+
+
+@pytest.mark.parametrize("backend", ["nvml", "nvidia_smi"])
+def test_bare_metal_and_passthrough_are_not_vgpu_guests(ansible, node, backend):
+    node.setup([fakenvml.gpu(0), fakenvml.gpu(1, virtualization_mode="passthrough")])
+    f = _facts(ansible.module("gpu_facts", node.args(backend=backend), env=node.env))
+    assert [g["virtualization_mode"] for g in f["gpus"]] == ["none", "passthrough"]
+    assert f["vgpu_guest"] is False
+
+
 @pytest.mark.parametrize("args,message", [
     ({"timeout": -1}, "timeout must be between 0.001 and 86400 seconds, got -1.0"),
     ({"proc_path": "/nonexistent/proc"}, "proc_path /nonexistent/proc is not a directory"),

@@ -77,6 +77,7 @@ struct nvmlDevice_st {
     unsigned minor;
     unsigned long long mem_total, mem_reserved, mem_used;
     int mig_supported, mig_current, mig_pending;
+    int virt_mode;                        /* nvmlGpuVirtualizationMode_t; "virtualization_mode" */
     unsigned max_mig;
     int lost;
     unsigned gi, ci;
@@ -559,6 +560,8 @@ static const char *const CLOCK_NAMES[] = {
     "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clocks_setting" };
 static const char *const HIST_NAMES[] = { "max", "high", "partial", "low", "none" };
 static const char *const FABRIC_NAMES[] = { "Not Supported", "Not Started", "In Progress", "Completed" };
+/* "virtualization_mode": the nvmlGpuVirtualizationMode_t values in order ("vgpu": a vGPU guest) */
+static const char *const VIRT_NAMES[] = { "none", "passthrough", "vgpu", "host_vgpu", "host_vsga" };
 
 static int named(const fj_value *v, const char *const *names, int n, int def)
 {
@@ -740,6 +743,11 @@ static int load_gpu(struct nvmlDevice_st *d, unsigned i, const fj_value *spec)
         d->mig_supported = 0;
     if (!d->mig_supported)
         d->mig_current = d->mig_pending = 0;
+    d->virt_mode = named(fj_get(spec, "virtualization_mode"), VIRT_NAMES, 5, 0);
+    if (d->virt_mode < 0 || d->virt_mode > 4) {
+        fprintf(stderr, "fake-nvml: unknown virtualization_mode in scenario (none, passthrough, vgpu, host_vgpu, host_vsga)\n");
+        return -1;
+    }
     d->max_mig = (unsigned)fj_get_int(spec, "max_mig_devices", 7);
     if (d->max_mig > FAKE_MAX_MIG)
         d->max_mig = FAKE_MAX_MIG;
@@ -1376,6 +1384,19 @@ API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *ar
     if (!arch)
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *arch = device->is_mig ? device->parent->arch : device->arch;
+    RETURN(NVML_SUCCESS);
+}
+
+API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)
+{
+    int rc = enter("nvmlDeviceGetVirtualizationMode", device);
+    if (rc)
+        return rc;
+    if (!pVirtualMode)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (device->is_mig)
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *pVirtualMode = (nvmlGpuVirtualizationMode_t)device->virt_mode;
     RETURN(NVML_SUCCESS);
 }
 

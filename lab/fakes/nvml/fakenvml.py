@@ -107,6 +107,13 @@ def gpu(i, mig=None, profiles=None, **extra):
     return spec
 
 
+def vgpu_guest(n=1, profile="NVIDIA H100XM-80C"):
+    """A VM with ``n`` vGPUs on NVIDIA's vGPU guest driver: NVML reports each GPU's
+    virtualization mode as NVML_GPU_VIRTUALIZATION_MODE_VGPU ("virtualization_mode": "vgpu"),
+    named after its vGPU type, without MIG (a C-series vGPU of a whole GPU)."""
+    return [gpu(i, mig="N/A", name=profile, virtualization_mode="vgpu") for i in range(n)]
+
+
 def hgx(n=8, migs_per_gpu=7, profile="1g.10gb"):
     """``n`` GPUs, each split into ``migs_per_gpu`` MIG devices (0 = MIG disabled)."""
     return [gpu(i, profiles=[profile] * migs_per_gpu if migs_per_gpu else None,

@@ -41,6 +41,7 @@ NVML_FN(nvmlReturn_t, nvmlDeviceGetPciInfo_v3, (nvmlDevice_t, nvmlPciInfo_t *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetArchitecture, (nvmlDevice_t, unsigned int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned int *, unsigned int *))
+NVML_FN(nvmlReturn_t, nvmlDeviceGetVirtualizationMode, (nvmlDevice_t, nvmlGpuVirtualizationMode_t *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t, unsigned int *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetMigDeviceHandleByIndex, (nvmlDevice_t, unsigned int, nvmlDevice_t *))
 NVML_FN(nvmlReturn_t, nvmlDeviceGetGpuInstanceId, (nvmlDevice_t, unsigned int *))
@@ -93,6 +94,7 @@ static void load_symbols(void)
     LOAD(nvmlDeviceGetMemoryInfo_v2);
     LOAD(nvmlDeviceGetArchitecture);
     LOAD(nvmlDeviceGetMigMode);
+    LOAD(nvmlDeviceGetVirtualizationMode);
     LOAD(nvmlDeviceGetMaxMigDeviceCount);
     LOAD(nvmlDeviceGetMigDeviceHandleByIndex);
     LOAD(nvmlDeviceGetGpuInstanceId);
@@ -641,6 +643,25 @@ static void xml_processes(nvmlDevice_t h)
     xml_close(2, "processes");
 }
 
+/* nvidia-smi's words for nvmlGpuVirtualizationMode_t, as its -q output prints them */
+static const char *virt_text(nvmlGpuVirtualizationMode_t mode)
+{
+    static const char *const names[] = { "None", "Pass-Through", "VGPU", "Host VGPU", "Host VSGA" };
+    return mode < 5 ? names[mode] : "Unknown Error";
+}
+
+static void xml_virtualization(nvmlDevice_t h)
+{
+    nvmlGpuVirtualizationMode_t mode = 0;
+    nvmlReturn_t rc = CALL(nvmlDeviceGetVirtualizationMode, h, &mode);
+    if (rc != NVML_ERROR_NOT_SUPPORTED)
+        note_error(rc);
+    xml_open(2, "gpu_virtualization_mode");
+    xml_text(3, "virtualization_mode", rc ? fail_text(rc) : virt_text(mode));
+    xml_text(3, "host_vgpu_mode", "N/A");
+    xml_close(2, "gpu_virtualization_mode");
+}
+
 static void xml_gpu(unsigned i)
 {
     struct gpu g;
@@ -675,6 +696,7 @@ static void xml_gpu(unsigned i)
     xml_text(3, "pending_mig", mrc ? fail_text(mrc) : mode_text(pend));
     xml_close(2, "mig_mode");
     xml_mig_devices(g.h, mrc ? NVML_DEVICE_MIG_DISABLE : cur);
+    xml_virtualization(g.h);
     xml_text(2, "accounting_mode", "Disabled");
     xml_text(2, "accounting_mode_buffer_size", "4000");
     xml_open(2, "driver_model");

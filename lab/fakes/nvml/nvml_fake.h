@@ -46,6 +46,14 @@ typedef int nvmlReturn_t;
 #define NVML_DEVICE_MIG_DISABLE 0
 #define NVML_DEVICE_MIG_ENABLE  1
 
+/* nvmlGpuVirtualizationMode_t (NVML API reference, "GRID Virtualization Enums") */
+typedef unsigned int nvmlGpuVirtualizationMode_t;
+#define NVML_GPU_VIRTUALIZATION_MODE_NONE        0
+#define NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH 1
+#define NVML_GPU_VIRTUALIZATION_MODE_VGPU        2
+#define NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU   3
+#define NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA   4
+
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
 #define NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE   80
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE        96

@@ -325,6 +325,20 @@ def mig_state(gpus, inferred=False):
     return enabled, enabled and any(m != "enabled" for m in known)
 
 
+def vgpu_guest(gpus):
+    """Whether the node runs NVIDIA's vGPU guest driver: True when any GPU's virtualization mode
+    is ``vgpu`` (NVML's NVML_GPU_VIRTUALIZATION_MODE_VGPU, "vGPU inside virtual machine"), False
+    when every GPU's mode is known and none is, None when no GPU's mode could be read (procfs,
+    an NVML without the query). A GPU passed through to a VM (``passthrough``) runs the
+    data-center driver: not a vGPU guest."""
+    modes = [g.get("virtualization_mode") or "unknown" for g in gpus]
+    if "vgpu" in modes:
+        return True
+    if modes and "unknown" not in modes:
+        return False
+    return None
+
+
 def device_ids(gpus):
     """Every GPU and MIG UUID, GPUs first in index order, each followed by its MIG devices."""
     ids = []
@@ -533,6 +547,7 @@ def nvidia_facts(proc_path="/proc", dev_path="/dev", driver_root="/", backend="a
         "nvidia_smi_path": smi_path,
         "mig_enabled": mig_enabled,
         "mig_mixed": mig_mixed,
+        "vgpu_guest": vgpu_guest(gpus),
         "gpu_count": len(gpus),
         "gpus": gpus,
         "device_ids": device_ids(gpus),

@@ -36,7 +36,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.health import (
 )
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.smi import (
     NVML_ERROR_NAMES, SmiParseError, error_name, merge_smi, parse_handle_errors, parse_nvlink,
-    parse_smi_list, parse_smi_xml, smi_error)
+    parse_smi_list, parse_smi_xml, smi_error, virtualization_mode_value)
 
 REAP_GRACE = 0.5  # seconds to wait for a SIGKILLed child before leaving it behind
 _READ_CHUNK = 65536
@@ -393,7 +393,7 @@ def nvml_probe(emit, library_path=None):
         gpu_errors_start = len(errors)
         gpu = {"index": i, "uuid": None, "name": None, "minor_number": None, "pci_bus_id": None,
                "memory_total_mib": None, "mig_mode": {"current": "unknown", "pending": "unknown"},
-               "mig_devices": [], "errors": []}
+               "mig_devices": [], "virtualization_mode": "unknown", "errors": []}
         out["gpus"].append(gpu)
         h = call("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i, gpu=i)
         if h is FAILED:
@@ -416,6 +416,18 @@ def nvml_probe(emit, library_path=None):
             parent_mem = v.total
             gpu["memory_total_mib"] = v.total // (1024 * 1024)
 
+        # Virtualization mode (VGPU: a vGPU guest). NOT_SUPPORTED and a library without the
+        # function (FUNCTION_NOT_FOUND) leave it unknown without an error.
+        emit.stage("nvmlDeviceGetVirtualizationMode gpu=%d" % i)
+        gpu["virtualization_mode"] = "unknown"
+        try:
+            gpu["virtualization_mode"] = virtualization_mode_value(int(pynvml.nvmlDeviceGetVirtualizationMode(h)))
+        except pynvml.NVMLError as e:
+            if getattr(e, "value", None) not in (pynvml.NVML_ERROR_NOT_SUPPORTED,
+                                                 getattr(pynvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)):
+                errors.append(_nvml_error(pynvml, e, "nvmlDeviceGetVirtualizationMode", gpu=i))
+        except AttributeError:
+            pass  # a pynvml without the binding
         # MIG mode: NOT_SUPPORTED means the GPU cannot do MIG, not that the probe failed.
         emit.stage("nvmlDeviceGetMigMode gpu=%d" % i)
         try:

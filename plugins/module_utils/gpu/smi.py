@@ -125,6 +125,28 @@ def mig_mode_value(text):
     return "unknown"
 
 
+# nvmlGpuVirtualizationMode_t (NVML API reference, "GRID Virtualization Enums"): NONE (bare
+# metal), PASSTHROUGH, VGPU ("vGPU inside virtual machine": the node runs NVIDIA's vGPU guest
+# driver), HOST_VGPU / HOST_VSGA (the hypervisor). nvidia-smi prints them as None, Pass-Through,
+# VGPU, Host VGPU, Host VSGA; compared without case, spaces and dashes.
+VIRTUALIZATION_MODES = ("none", "passthrough", "vgpu", "host_vgpu", "host_vsga")
+
+
+def virtualization_mode_value(value):
+    """NVML's enum value (int) or nvidia-smi's text -> one of VIRTUALIZATION_MODES, or
+    "unknown" (absent, an error text, a value NVML may add later)."""
+    if isinstance(value, bool):
+        return "unknown"
+    if isinstance(value, int):
+        return VIRTUALIZATION_MODES[value] if 0 <= value < len(VIRTUALIZATION_MODES) else "unknown"
+    if not isinstance(value, str):
+        return "unknown"
+    key = "".join(c for c in value.strip().lower() if c.isalnum())
+    words = {"none": "none", "passthrough": "passthrough", "vgpu": "vgpu", "hostvgpu": "host_vgpu",
+             "hostvsga": "host_vsga"}
+    return words.get(key, "unknown")
+
+
 def parse_smi_xml(text):
     """Parse ``nvidia-smi -q -x`` output.
 
@@ -168,6 +190,7 @@ def parse_smi_xml(text):
                 "pending": mig_mode_value(_text(mig_node, "pending_mig") if mig_node is not None else None),
             },
             "mig_devices": migs,
+            "virtualization_mode": virtualization_mode_value(_text(gpu, "gpu_virtualization_mode/virtualization_mode")),
         })
     return out
 
@@ -308,6 +331,7 @@ def merge_smi(xml_facts, listing, handle_errors=()):
             "memory_total_mib": xgpu.get("memory_total_mib"),
             "mig_mode": dict(xgpu.get("mig_mode") or {"current": "unknown", "pending": "unknown"}),
             "mig_devices": migs,
+            "virtualization_mode": xgpu.get("virtualization_mode") or "unknown",
             "errors": [],
         })
         index = gpus[-1]["index"] + 1
@@ -323,7 +347,7 @@ def _failed_gpu(index, err):
     return {
         "index": index, "uuid": None, "name": None, "minor_number": None,
         "pci_bus_id": err.get("pci_bus_id"), "memory_total_mib": None,
-        "mig_mode": {"current": "unknown", "pending": "unknown"}, "mig_devices": [],
+        "mig_mode": {"current": "unknown", "pending": "unknown"}, "mig_devices": [], "virtualization_mode": "unknown",
         "errors": [{"function": "nvmlDeviceGetHandleByIndex", "code": _code_from_message(err["message"]),
                     "message": err["message"]}],
     }

@@ -97,6 +97,8 @@ def condition_facts(ctx):
         facts["mig_enabled"] = any(_d(g.get("mig_mode")).get("current") == "enabled" for g in gpus)
     if isinstance(nv.get("mig_mixed"), bool):
         facts["mig_mixed"] = nv["mig_mixed"]
+    if isinstance(nv.get("vgpu_guest"), bool):
+        facts["vgpu_guest"] = nv["vgpu_guest"]
     names = sorted(set(g.get("name") for g in gpus if _str(g.get("name"))))
     if names:
         facts["gpu_model"] = names

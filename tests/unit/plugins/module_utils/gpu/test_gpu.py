@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.facts import (
     GpuFactsError, device_ids, find_library, find_nvidia_smi, library_version, mig_state,
-    nvidia_facts, parse_gpu_information, procfs_gpus)
+    nvidia_facts, parse_gpu_information, procfs_gpus, vgpu_guest)
 
 from ansible_collections.kubegpu.fleet.lab.fakes.nvml import fakenvml
 from ansible_collections.kubegpu.fleet.tests.lib.paths import COLLECTIONS_ROOT
@@ -542,6 +542,19 @@ def test_procfs_gpus_with_mig_instances(tmp_path):
 def test_mig_state(modes, inferred, expected):
     gpus = [{"mig_mode": {"current": m}} for m in modes]
     assert mig_state(gpus, inferred=inferred) == expected
+
+
+@pytest.mark.parametrize("modes,expected", [
+    (["vgpu"], True),
+    (["vgpu", "unknown"], True),           # one vGPU is enough: the node runs the guest driver
+    (["none", "passthrough"], False),      # bare metal, and a GPU passed through to a VM
+    (["none", "unknown"], None),           # a GPU whose mode could not be read
+    ([None], None),                        # procfs GPUs carry no mode
+    ([], None),
+    (["host_vgpu"], False),                # the hypervisor is no guest
+])
+def test_vgpu_guest(modes, expected):
+    assert vgpu_guest([{"virtualization_mode": m} if m else {} for m in modes]) is expected
 
 
 def test_device_ids_order():

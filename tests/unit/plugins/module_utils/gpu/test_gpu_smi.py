@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.gpu.smi import (
     SmiParseError, error_name, merge_smi, mig_mode_value, parse_handle_errors, parse_smi_list,
-    parse_smi_xml, smi_error)
+    parse_smi_xml, smi_error, virtualization_mode_value)
 
 # Shaped like real `nvidia-smi -q -x` output (nvsmi_device_v12), trimmed to what matters.
 XML = """<?xml version="1.0" ?>
@@ -215,3 +215,12 @@ def test_xml_fragments_inside_a_document(parts):
     except SmiParseError:
         return
     assert isinstance(facts["gpus"], list)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (0, "none"), (1, "passthrough"), (2, "vgpu"), (3, "host_vgpu"), (4, "host_vsga"), (5, "unknown"), (-1, "unknown"),
+    ("None", "none"), ("Pass-Through", "passthrough"), ("VGPU", "vgpu"), ("Host VGPU", "host_vgpu"),
+    ("Host VSGA", "host_vsga"), ("N/A", "unknown"), ("Unknown Error", "unknown"), (None, "unknown"), (True, "unknown"),
+])
+def test_virtualization_mode_from_nvml_and_nvidia_smi(value, expected):
+    assert virtualization_mode_value(value) == expected

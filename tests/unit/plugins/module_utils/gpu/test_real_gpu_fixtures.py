@@ -46,7 +46,8 @@ def test_nvidia_smi_documents_of_a_real_h100():
     (gpu,) = doc["gpus"]
     assert gpu == {"uuid": UUID, "name": "NVIDIA H100 80GB HBM3", "minor_number": 0,
                    "pci_bus_id": "00000000:00:06.0", "memory_total_mib": 81559,
-                   "mig_mode": {"current": "disabled", "pending": "disabled"}, "mig_devices": []}
+                   "mig_mode": {"current": "disabled", "pending": "disabled"}, "mig_devices": [],
+                   "virtualization_mode": "passthrough"}
     assert gpu_smi.parse_smi_list(_fixture("nvidia-smi-L.txt")) == [
         {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": UUID, "mig_devices": []}]
 
