@@ -25,10 +25,41 @@ description:
     untouched) and the task never reports a change.
 options:
   hosts:
-    description: Inventory hostnames that were audited.
+    description:
+      - Inventory hostnames that were audited (their C(kubegpu_audit) facts are the report).
+      - Not used with O(store).
     type: list
     elements: str
-    required: true
+    default: []
+  store:
+    description:
+      - Build the fleet report of a run from the results M(kubegpu.fleet.audit_publish) published -
+        C(kubernetes) (the Nodes' annotations, one list of Nodes) or C(directory) (O(path)) - instead of
+        from O(hosts).
+      - Every stored result is checked (size, schema, node name, run id, digest); one that fails is not
+        used, its node is listed as C(not_audited) with the reason and the report's C(changes.rejected)
+        names it.
+      - Every node the cluster (its GPU Nodes, with O(store=kubernetes)), the inventory (O(known_nodes)) or
+        the store knows that has no result of the run is listed with status C(not_audited).
+      - Each finding gets C(first_seen), C(known_days) and C(change) (C(new) or C(persisting)), each node
+        C(previous_run) and C(resolved) (findings of its previous result that are gone), and the report a
+        C(changes) section with the fleet's new, resolved and persisting findings.
+    type: str
+    choices: [kubernetes, directory]
+  path:
+    description: The result directory for O(store=directory).
+    type: path
+  run_id:
+    description:
+      - The run to report (the id M(kubegpu.fleet.audit_publish) returned).
+      - Default - the run of the newest result in the store.
+    type: str
+  known_nodes:
+    description:
+      - Node names the inventory knows; those without a result of the run are listed as C(not_audited).
+    type: list
+    elements: str
+    default: []
   dest:
     description: Directory on the controller for the report files.
     type: path
@@ -76,6 +107,8 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.k8s_auth
+  - kubegpu.fleet.action_group.k8s
 attributes:
   check_mode:
     support: full
@@ -86,6 +119,12 @@ EXAMPLES = r"""
 - name: Write the fleet report
   kubegpu.fleet.audit_report:
     hosts: "{{ query('ansible.builtin.inventory_hostnames', 'gpu_nodes') }}"
+    dest: /var/lib/kubegpu/audit
+
+- name: The fleet report of the newest run published on the Nodes (the report step after a sliced audit)
+  kubegpu.fleet.audit_report:
+    store: kubernetes
+    known_nodes: "{{ query('ansible.builtin.inventory_hostnames', 'gpu_nodes') }}"
     dest: /var/lib/kubegpu/audit
 """
 

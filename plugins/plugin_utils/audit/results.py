@@ -131,10 +131,16 @@ def _check_finding(f, i):
     for key, kind in (("evidence", dict), ("remediation", dict), ("references", list)):
         if key in f and f[key] is not None and not isinstance(f[key], kind):
             raise StoredResultError("finding %s has a %s that is not a %s" % (f["id"], key, kind.__name__))
-    out = {"id": f["id"], "severity": f["severity"], "title": f["title"][:500],
-           "evidence": f.get("evidence") or {}, "remediation": f.get("remediation") or {},
-           "references": [str(r) for r in f.get("references") or []]}
-    return out
+    return _stored(f["id"], f["severity"], f["title"][:500], f.get("evidence") or {}, f.get("remediation") or {},
+                   [str(r) for r in f.get("references") or []])
+
+
+# What a record keeps of a finding the node's audit made (finding_types.finding created it there).
+FINDING_KEYS = ("id", "severity", "title", "evidence", "remediation", "references")
+
+
+def _stored(*values):
+    return dict(zip(FINDING_KEYS, values))
 
 
 def node_findings(findings):
@@ -342,9 +348,9 @@ def parse_node_annotations(node_name, annotations):
         findings = []
         for fid, (severity, _seen, evidence) in sorted(ids.items()):
             row = TYPES.get(fid)
-            findings.append({"id": fid, "severity": severity, "title": row.title if row else fid,
-                             "evidence": {"digest": evidence,
-                                          "note": "the full findings were too large for the Node annotation"}})
+            findings.append(_stored(fid, severity, row.title if row else fid,
+                                    {"digest": evidence, "note": "the full findings were too large for the Node annotation"},
+                                    {}, []))
     doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": s.get("node"),
            "run": {"id": s.get("run"), "time": s.get("time")}, "status": s.get("status"), "error": s.get("error"),
            "findings": findings, "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),

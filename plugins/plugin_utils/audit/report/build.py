@@ -42,7 +42,8 @@ SCHEMA_VERSION = 1
 SEVERITIES = ("critical", "warning", "info")
 GENERATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
-NODE_STATUSES = ("audited", "unreachable", "failed")
+# not_audited: a node the cluster or inventory knows that no slice of the run covered (audit/fleet.py)
+NODE_STATUSES = ("audited", "unreachable", "failed", "not_audited")
 
 
 class ReportError(ValueError):
@@ -318,6 +319,8 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             "nodes_clean": clean,
             "unreachable": sorted(n["name"] for n in out_nodes if n["status"] == "unreachable"),
             "failed": sorted(n["name"] for n in out_nodes if n["status"] == "failed"),
+            "nodes_not_audited": counts["not_audited"],
+            "not_audited": sorted(n["name"] for n in out_nodes if n["status"] == "not_audited"),
             "findings_total": len(all_findings),
             "by_severity": by_severity,
             "by_id": dict(sorted(by_id.items(), key=lambda kv: (-severity_rank(kv[1]["severity"]), kv[0]))),

@@ -21,6 +21,7 @@ import os
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import fleet, publish
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import (
     build,
     html_format,
@@ -29,6 +30,8 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import 
     prometheus_format,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import client as k8s_client
 
 # format -> (file name in dest, renderer)
 FORMATS = {
@@ -39,7 +42,7 @@ FORMATS = {
 }
 
 ARGUMENT_SPEC = {
-    "hosts": {"type": "list", "elements": "str", "required": True},
+    "hosts": {"type": "list", "elements": "str", "default": []},
     "dest": {"type": "path", "required": True},
     "formats": {"type": "list", "elements": "str", "default": list(FORMATS), "choices": list(FORMATS)},
     "fail_on": {"type": "str", "default": "critical", "choices": ["critical", "warning", "info", "never"]},
@@ -48,7 +51,13 @@ ARGUMENT_SPEC = {
     "run": {"type": "dict", "default": {}},
     "catalog_extra": {"type": "raw"},
     "catalog_max_age_days": {"type": "int", "default": build.CATALOG_MAX_AGE_DAYS},
+    # the fleet report of a run from the published results (audit/publish.py, audit/fleet.py)
+    "store": {"type": "str", "choices": list(publish.STORES)},
+    "path": {"type": "path"},
+    "run_id": {"type": "str"},
+    "known_nodes": {"type": "list", "elements": "str", "default": []},
 }
+ARGUMENT_SPEC.update(k8s_client.AUTH_ARG_SPEC)
 
 
 def audit_nodes(hosts, hostvars):
@@ -86,8 +95,24 @@ def write_report(report, dest, formats):
 
 
 def work(task, args):
-    """Build the report of ``args["hosts"]`` and write it; the task's result keys."""
-    nodes = audit_nodes(args["hosts"], task.task_vars.get("hostvars", {}))
+    """Build the report of ``args["hosts"]`` (or, with ``store``, of the run's published results)
+    and write it; the task's result keys."""
+    out = {}
+    with k8s_action.masked(out, args) as secrets:
+        out.update(_work(task, args, secrets))
+    return out
+
+
+def _work(task, args, secrets):
+    fleet_run = None
+    if args["store"]:
+        run_id = args["run_id"] or None
+        with publish.open_store(task, args, secrets) as where:
+            nodes, run_records, rejected, run_id = publish.read_fleet(where, run_id, args["known_nodes"])
+        fleet_run = (run_records, run_id, rejected)
+        args["run"] = dict(args["run"], id=run_id, store=args["store"])
+    else:
+        nodes = audit_nodes(args["hosts"], task.task_vars.get("hostvars", {}))
     # the catalog the audit evaluated with (the same loader and catalog_extra): its date goes in the report
     catalog, catalog_error = None, None
     try:
@@ -101,6 +126,8 @@ def work(task, args):
                                     catalog_max_age_days=args["catalog_max_age_days"])
     except build.ReportError as e:
         raise runner.ActionFailed("cannot build the audit report: %s" % e)
+    if fleet_run is not None:
+        fleet.annotate_changes(report, *fleet_run)
     try:
         files = write_report(report, args["dest"], args["formats"])
     except OSError as e:
