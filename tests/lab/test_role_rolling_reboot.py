@@ -410,6 +410,29 @@ def test_three_rollouts_at_once_never_exceed_the_budget(lab, ansible):
         assert not lab.node_obj(name)["spec"].get("unschedulable"), name
 
 
+def test_one_slot_starts_the_nodes_in_the_plans_order(lab, ansible):
+    """One run, one slot, four nodes: each starts after the previous one gave its slot back, in the
+    plan's order (the sliding window's workers reach the slot wait in any order, and each polls
+    on its own), read from the double's history of Lease creates and cordons."""
+    restore(lab)
+    since = last_seq(lab)
+    targets = ["rr-d", "rr-b", "rr-f", "rr-a"]
+    res = rollout(ansible, lab, kubegpu_targets=":".join(targets), kubegpu_max_unavailable=1, kubegpu_max_parallel=0,
+                  kubegpu_reboot="always", kubegpu_budget_timeout=1200)
+    assert res.rc == 0, failure_text(res)[-6000:]
+    plan = res.task("kubegpu.fleet.rolling_reboot : Plan the rollout")["ansible_facts"]["kubegpu_rollout"]
+    order = [t["node"] for t in plan["targets"]]
+    assert sorted(order) == sorted(targets)
+    history = [e for e in lab.client.history(since=since) if e["seq"] > since]
+    creates = [e for e in history if e["resource"] == LEASES and e["verb"] == "create" and e.get("code") == 201]
+    slots = [json.loads(e["body"])["metadata"]["annotations"]["kubegpu.io/rollout-node"] for e in creates]
+    cordons = [e["name"] for e in role_writes(lab, since) if node_patches([e], e["name"], True)]
+    assert slots == order and cordons == order, (order, slots, cordons)
+    worst = max(len(e["unavailable_gpu_nodes"]) for e in history)
+    assert worst <= 1
+    assert slot_leases(lab) == []
+
+
 def test_a_killed_rollout_is_finished_by_the_next_and_the_operator_cordon_stays(lab, ansible):
     from test_rollout_budget import descendants, kill_tree   # pylint: disable=import-outside-toplevel
     restore(lab, operator_cordoned=["rr-f"])
