@@ -92,7 +92,8 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     # 570.148.08 is also below the fixes of NVIDIA's driver bulletins (catalog v2): security.driver,
     # grouped by CVE in the report
     assert sorted(f["id"] for f in bad["findings"]) == ["driver.compute_utils", "driver.known_bad",
-                                                        "driver.unlisted_branch", "nvml.hung", "security.driver"]
+                                                        "driver.unlisted_branch", "driver.unsupported_branch", "nvml.hung",
+                                                        "security.driver"]
     cves = dict((c["id"], c) for c in report["cves"])
     assert cves["CVE-2025-33219"]["components"] == ["driver"] and cves["CVE-2025-33219"]["node_names"] == ["gpu-bad"]
     assert "570.211.01" in cves["CVE-2025-33219"]["fixed"]["driver"]

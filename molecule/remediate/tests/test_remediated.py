@@ -30,7 +30,9 @@ TOOLKIT_TARGET = "1.19.1"  # highest first-fixed release in catalog/v2/container
 # and v0.14.5 (gpu-cpumanager: the XID 109 defect; remediate sets PASS_DEVICE_SPECS, not the image).
 LEFT_FOR_PERSON = {"security.device-plugin", "security.gpu-operator", "security.mig-manager", "defect.device-plugin",
                    # R570 (570.211.01 too) is not among the branches of NVIDIA's latest driver bulletin
-                   "driver.unlisted_branch"}
+                   "driver.unlisted_branch",
+                   # R570 is past NVIDIA's support (not in the support matrix, rules/lifecycle.py)
+                   "driver.unsupported_branch"}
 
 
 def inventory_vars():

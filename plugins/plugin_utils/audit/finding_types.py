@@ -116,6 +116,8 @@ _ROWS = [
          references=REF_R570[:1], role="driver"),
     _row("driver.unlisted_branch", "info", "NVIDIA driver branch not listed in NVIDIA's latest driver security "
          "bulletin (possibly affected)", role="driver", manual=True),
+    _row("driver.unsupported_branch", "warning", "NVIDIA driver branch past NVIDIA's end of life or not in NVIDIA's "
+         "support matrix", role="driver", manual=True),
     _row("nvml.hung", "critical", "NVML does not answer (nvmlInit hung)", references=REF_R570,
          role="driver", drain=True, reboot=True, wedged=True),
     _row("nvml.error", "critical", "NVML fails on this node", role="rolling_reboot", drain=True, reboot=True),

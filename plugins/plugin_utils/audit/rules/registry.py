@@ -20,6 +20,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import (
     driver,
     gpu,
     kubelet,
+    lifecycle,
     probes,
 )
 
@@ -40,6 +41,7 @@ NODE_RULES = (
     Rule("nvswitch", gpu.rule_nvswitch, ()),
     Rule("gpu_health", gpu.rule_gpu_health, ()),
     Rule("catalog", catalog.rule_catalog, ()),
+    Rule("driver_lifecycle", lifecycle.rule_unsupported_branch, ()),
     Rule("fabricmanager", catalog.rule_fabricmanager, ()),
     Rule("module_failures", probes.rule_module_failures, ()),
 )

@@ -68,7 +68,9 @@ def test_plan_leaves_the_cluster_components_for_a_person(before):
     assert found_cluster, ids  # the demo components are affected by catalog v2 advisories
     # R570 is not among the branches of NVIDIA's latest driver bulletin: a branch move is a person's choice
     assert "driver.unlisted_branch" in ids
-    assert set(plan["manual"]) == found_cluster | {"driver.unlisted_branch"}
+    # and past NVIDIA's support (not in NVIDIA's support matrix): a branch move too
+    assert "driver.unsupported_branch" in ids
+    assert set(plan["manual"]) == found_cluster | {"driver.unlisted_branch", "driver.unsupported_branch"}
     assert plan["roles"]["driver"]["kubegpu_driver_version"] == "570.211.01"
     assert plan["roles"]["device_plugin"]["kubegpu_toolkit_fix"]["target"] == "1.19.1"
 
