@@ -240,6 +240,10 @@ def test_healthy_node_same_results_and_findings(ansible, node):
     assert [b["container_id"] for b in probes["cgroup_devices"]["broken"]] == ["c0ffee02"]
     assert {"checkpoint.stale", "cgroup.devices_missing"} <= set(_ids(single["audit"]))
     assert single["node"]["failed_probes"] == []
+    # what the audit saw of the node: its GPUs through the fake NVML, the driver, the kubelet
+    cov = single["audit"]["coverage"]
+    assert cov["status"] == "gpu_node" and "audit.not_inspected" not in _ids(single["audit"])
+    assert [cov["checks"][c]["state"] for c in ("driver", "nvml", "kubelet")] == ["yes", "yes", "yes"]
     # The action plugin sets the facts gpu_facts and kubelet_facts set.
     assert single["node"]["ansible_facts"]["nvidia"] == nv
 
@@ -378,6 +382,9 @@ def test_a_node_without_python_is_audited_with_every_probe_in_error(ansible, tmp
     failed = sorted(f["evidence"]["probe"] for f in audit["findings"] if f["id"] == "audit.module_failed")
     assert failed == sorted(out["failed_probes"])
     assert any("audit_node failed" in w for w in res.task("audit").get("warnings", []))
+    # the probes saw nothing: never clean, said so once
+    assert audit["coverage"]["status"] == "not_inspected"
+    assert [f["id"] for f in audit["findings"]].count("audit.not_inspected") == 1
 
 
 def test_bad_evaluation_options_fail_before_the_node(ansible):

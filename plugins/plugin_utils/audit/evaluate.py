@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.coverage import coverage
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import finding, unknown_ids_message
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules.probes import rule_coverage
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules.registry import CLUSTER_RULES, NODE_RULES
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 
@@ -85,11 +87,31 @@ def unreachable_audit(node, error):
 
 def evaluate(node, ctx, args):
     """``(findings, kubegpu_audit)`` for one node; ``ctx`` as evaluate_node takes it, ``args``
-    the evaluation options (pending_threshold, memory_min_fraction, skip, expected_gpus)."""
+    the evaluation options (pending_threshold, memory_min_fraction, skip, expected_gpus).
+
+    The fact carries the node's ``coverage`` (audit/coverage.py: what the probes could see) and
+    the findings of the node rules plus ``audit.not_inspected`` (rules/probes.rule_coverage) for a
+    node that is not a GPU node or whose probes saw nothing."""
     findings = evaluate_node(ctx, pending_threshold_s=args["pending_threshold"],
                              memory_min_fraction=args["memory_min_fraction"], skip=args["skip"],
                              expected_gpus=args.get("expected_gpus"))
-    return findings, {"node": node, "status": "audited", "findings": findings}
+    cov = coverage(ctx)
+    findings = rule_coverage(cov, args["skip"]) + findings
+    return findings, {"node": node, "status": "audited", "findings": findings, "coverage": cov,
+                      "labels": node_labels(as_dict(ctx).get("api"))}
+
+
+LABELS_MAX = 128        # labels of the Node kept in the fact (the report groups nodes by one of them)
+LABEL_TEXT_MAX = 320    # characters of a label key or value (Kubernetes allows 317 and 63)
+
+
+def node_labels(api):
+    """The Node's labels from its API view (``api["labels"]``), strings only, bounded."""
+    out = {}
+    for key, value in sorted(as_dict(as_dict(api).get("labels")).items(), key=lambda kv: str(kv[0])):
+        if isinstance(key, str) and isinstance(value, str) and len(out) < LABELS_MAX:
+            out[key[:LABEL_TEXT_MAX]] = value[:LABEL_TEXT_MAX]
+    return out
 
 
 ARGUMENT_SPEC = {

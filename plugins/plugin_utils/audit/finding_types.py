@@ -171,6 +171,8 @@ _ROWS = [
     _row("cluster.device_plugin_outdated", "critical", "NVIDIA device plugin older than 1.0.0-beta5",
          scope="cluster", references=REF_CPUMGR, role="device_plugin"),
     _row("audit.module_failed", "warning", "An audit probe could not run on this node", manual=True),
+    _row("audit.not_inspected", "warning", "Not a GPU node, or the audit saw nothing of it (never counted clean)",
+         manual=True),
 ]
 
 TYPES = collections.OrderedDict((r.id, r) for r in _ROWS)
