@@ -159,8 +159,8 @@ options:
       - With C(state=acquire), the nodes of this run's play batch in plan order (the role passes the plan's targets
         of C(ansible_play_batch)). Slots then go in that order within the run - a node waits while the budget has
         no room for it and for every node before it that has not taken its slot yet, including one whose host has
-        not reached its slot wait yet - whatever order Ansible's workers reach the task in
-        (C(strategy=free)).
+        not reached its slot wait yet (for at most 120 s, after which its host is taken as failed before the slot wait and
+        named in RV(notes)) - whatever order Ansible's workers reach the task in (C(strategy=free)).
       - The run's hosts record their place (waiting, granted, stopped) in a file private to this user on the
         controller, named after the run; a node before this one that got no slot stops this one too.
       - Empty, or a queue without O(name), keeps no order. Other runs still compete through the Leases alone.
@@ -251,7 +251,8 @@ waited:
   returned: when state is acquire
   type: float
 queued:
-  description: Seconds of the wait spent behind this run's own slots (not counted against O(timeout)).
+  description: Seconds of the wait spent behind this run's own slots or behind nodes before it in O(queue) that were in
+    their slot wait already (not counted against O(timeout)).
   returned: when state is acquire
   type: float
 polls:
@@ -266,8 +267,15 @@ gates:
   description: The last gate check - C(open), C(stop), C(window), C(alerts), C(msg).
   returned: when state is acquire
   type: dict
+ahead:
+  description: The nodes before this one in O(queue) without a slot yet at the wait's last read (when it took its own,
+    the budget had room for them too).
+  returned: when state is acquire
+  type: list
+  elements: str
 notes:
-  description: What the budget found odd (malformed or foreign Leases, clock skew, expired Leases taken over).
+  description: What the budget found odd (malformed or foreign Leases, clock skew, expired Leases taken over, a node
+    before it in O(queue) that never reached its slot wait).
   returned: when state is acquire
   type: list
   elements: str

@@ -465,6 +465,5 @@ def test_one_run_with_one_slot_starts_its_nodes_in_plan_order(ansible, tmp_path,
     deletes = [e for e in lease_writes(proc, since) if e["verb"] == "delete" and e["code"] == 200]
     assert len(deletes) == 4 and all(d["seq"] < c["seq"] for d, c in zip(deletes, creates[1:]))
     assert stored_leases(proc) == {}
-    ledger = run_queue.ledger_path(res.task("take", host="h-gpu-2")["holder"], "kube-system", POOL,
-                                                str(tmp_path))
+    ledger = run_queue.ledger_path(res.task("take", host="h-gpu-2")["holder"], "kube-system", POOL, str(tmp_path))
     assert not os.path.exists(ledger)     # every node granted: the run's ledger is gone

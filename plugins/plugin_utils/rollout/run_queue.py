@@ -118,7 +118,7 @@ class Ledger(object):
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise QueueError("cannot open the run's slot order %s: %s" % (self.path, os.strerror(exc.errno)))
+            raise QueueError("cannot open the run's slot order %s: %s" % (self.path, os.strerror(exc.errno))) from exc
         st = os.fstat(fd)
         if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000:
             os.close(fd)
@@ -137,7 +137,7 @@ class Ledger(object):
         try:
             doc = json.loads(data.decode("utf-8"))
         except ValueError as exc:
-            raise QueueError("the run's slot order file is not JSON: %s" % exc)
+            raise QueueError("the run's slot order file is not JSON: %s" % exc) from exc
         states = doc.get("states") if isinstance(doc, dict) else None
         if not isinstance(states, dict):
             raise QueueError("the run's slot order file has no states")

@@ -48,6 +48,11 @@ K8sError = k8s_client.K8sError
 # half a poll interval per node (0.47 s mean at 1 s), under 2 % of a rollout of nodes that take a
 # minute and well under 1 % at real reboot times, so the wait polls (docs/rolling-reboot-budget.md).
 POLL_JITTER = 0.25
+# How long a node waits for a node before it in the plan that has not reached its slot wait (its
+# host is on an earlier task; the play batch never holds more hosts than forks, so it has a
+# worker): past it that node is taken as gone (its host failed before the slot wait) and the
+# order is kept among the others. The budget holds either way.
+ARRIVAL_GRACE = 120.0
 RBAC_HINT = ("the runner's identity needs get, list, create, update and delete on coordination.k8s.io leases in "
              "the namespace %s (docs/rolling-reboot-budget.md)")
 
@@ -245,6 +250,7 @@ def wait_and_take(api, *, pool, node, holder, run, max_unavailable, duration, ma
     deadline = start + max(float(timeout), 0.0)
     tracker = Tracker(clock)
     polls, last, notes, queued = 0, None, [], 0.0
+    arriving_since = {}
     if stop_hosts:
         raise Stop("the rollout stopped after the failure of %s: %s not started" % (", ".join(sorted(stop_hosts)), node))
     while True:
@@ -275,6 +281,17 @@ def wait_and_take(api, *, pool, node, holder, run, max_unavailable, duration, ma
                     if line["stopped"]:
                         raise Stop("the rollout stopped: %s, before %s in the plan, got no slot: %s not started"
                                    % (", ".join(line["stopped"]), node, node))
+                    now = clock()
+                    for other in line["arriving"]:
+                        arriving_since.setdefault(other, now)
+                    late = [a for a in line["arriving"] if now - arriving_since[a] >= ARRIVAL_GRACE]
+                    if late:
+                        line["ahead"] = [a for a in line["ahead"] if a not in late]
+                        note = ("%s, before %s in the plan, did not reach the slot wait within %d s (its host failed "
+                                "or is held up on an earlier task): not waited for"
+                                % (", ".join(late), node, ARRIVAL_GRACE))
+                        if note not in notes:
+                            notes.append(note)
                 decision = rollout_lease.acquire_decision(view, node, holder, max_parallel, line["ahead"])
                 result.update(budget=_budget_summary(view), msg=decision["msg"], decision=decision["action"],
                               ahead=line["ahead"],

@@ -230,7 +230,7 @@ def test_a_node_before_that_never_arrives_bounds_the_wait_and_one_that_got_no_sl
     lone.begin()
     while not lone.done:
         lone.poll()
-    # n0 never came (its host failed before its slot wait): the wait counted and ended
+    # n0 has not come (yet): waiting for it counts, and the timeout (shorter than the grace) ends it
     assert not lone.result["acquired"] and clock.t == pytest.approx(12)
     assert "n1 waits for n0, before it in the plan" in lone.result["msg"]
     assert ledger.states()["n1"] == rq.STOPPED
@@ -272,3 +272,17 @@ def test_check_mode_and_the_hold_keep_no_order(ledger):
     out = rollout_slot.acquire(api, pool=POOL, node="n3", holder=ME, run="me/1-1", max_unavailable=1, duration=60,
                                timeout=0, poll=1, check_mode=True, order=order)
     assert out["acquired"] and api.store == {} and not os.path.exists(ledger.path)
+
+
+def test_a_node_before_that_never_arrives_is_waited_for_a_bounded_time_only(ledger):
+    api = FakeApi([gpu_node(n) for n in PLAN])
+    clock = Clock()
+    lone = Host(api, "n1", rollout_slot.Order(PLAN, ledger), clock, timeout=600)
+    lone.begin()
+    while not lone.done:
+        lone.poll()
+    # n0's host never came to its slot wait: after the grace n1 goes, and says why
+    out = lone.result
+    assert out["acquired"] and rollout_slot.ARRIVAL_GRACE <= clock.t < rollout_slot.ARRIVAL_GRACE + 10
+    assert "n0, before n1 in the plan, did not reach the slot wait within 120 s" in " ".join(out["notes"])
+    assert ledger.states()["n1"] == rq.GRANTED
