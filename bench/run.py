@@ -2,7 +2,7 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """`make bench`: run every bench part, print the ratios, write bench/results/*.json and the
-generated section of docs/benchmarks.md.
+generated section of docs/benchmarks.md (with --only, the sections of those parts alone).
 
     .venv/bin/python bench/run.py [--nodes 20] [--reps 2] [--quick] [--only PART,...] [--no-docs]
 
@@ -66,6 +66,41 @@ def update_doc(section):
     os.replace(DOC + ".tmp", DOC)
 
 
+def update_doc_parts(sections, machine, started, cmd):
+    """Replace (or add, in PARTS order) the sections of the parts that ran alone (``--only``) in the
+    generated block, each marked with its own run; the other parts' sections stay as they were."""
+    with open(DOC) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise RuntimeError("%s lacks the bench markers" % DOC)
+    head, rest = text.split(BEGIN, 1)
+    block, tail = rest.split(END, 1)
+    chunks = block.split("\n### ")
+    lead, found = chunks[0], []
+    for chunk in chunks[1:]:
+        title = chunk.split("\n", 1)[0].strip()
+        found.append([title, "### " + chunk.strip()])
+    titles = [importlib.import_module(name).TITLE for name in PARTS]
+    for name, section in sections:
+        title = importlib.import_module(name).TITLE
+        note = ("_Measured alone (%s, `%s`; %s, %d cores, load average at start %s); the run above did not "
+                "include it._" % (started, cmd, machine["cpu_model"], machine["nproc"],
+                                  " / ".join("%.1f" % x for x in machine["loadavg_start"])))
+        text = section.split("\n", 1)[1] if section.startswith("### ") else section
+        body = "### %s\n\n%s\n\n%s" % (title, note, text.strip())
+        for item in found:
+            if item[0] == title:
+                item[1] = body
+                break
+        else:
+            found.append([title, body])
+    found.sort(key=lambda item: titles.index(item[0]) if item[0] in titles else len(titles))
+    section = "\n\n".join([lead.strip()] + [item[1] for item in found])
+    with open(DOC + ".tmp", "w") as f:
+        f.write(head + BEGIN + "\n\n" + section.strip() + "\n\n" + END + tail)
+    os.replace(DOC + ".tmp", DOC)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=int(os.environ.get("BENCH_NODES", "20")))
@@ -89,7 +124,7 @@ def main(argv=None):
     machine = benchlib.machine()
     ctx = {"nodes": args.nodes, "reps": args.reps, "quick": args.quick, "lab_name": args.lab_name,
            "results_dir": args.results_dir, "results": {}}
-    printed, sections, failed = [], [], []
+    printed, sections, failed, named = [], [], [], []
     for name in parts:
         mod = importlib.import_module(name)
         benchlib.log("part %s: %s" % (name, mod.TITLE))
@@ -106,14 +141,19 @@ def main(argv=None):
         printed += ["[%s]" % name] + lines
         print("\n".join(["", "== %s ==" % mod.TITLE] + lines), flush=True)
         sections.append("### %s\n\n%s" % (mod.TITLE, mod.render(res)))
+        named.append((name, sections[-1]))
     wall = time.monotonic() - t0
     cmd = "make bench" + ((" BENCH_ARGS='%s'" % " ".join(argv or sys.argv[1:])) if (argv or sys.argv[1:]) else "")
     summary = {"started": started, "wall_s": wall, "machine": machine, "parts": list(ctx["results"]),
                "failed": failed, "summary": printed, "command": cmd}
-    benchlib.write_json(os.path.join(args.results_dir, "summary.json"), summary)
+    # a run of some parts keeps the summary of the last full run
+    benchlib.write_json(os.path.join(args.results_dir, "summary-only.json" if args.only else "summary.json"), summary)
     if not args.no_docs and not failed and not args.only:
         update_doc("\n\n".join([machine_md(machine, started, wall, cmd)] + sections))
         benchlib.log("docs/benchmarks.md updated")
+    elif not args.no_docs and named and args.only:
+        update_doc_parts(named, machine, started, cmd)
+        benchlib.log("docs/benchmarks.md: the section(s) of %s updated" % ", ".join(n for n, _s in named))
     print("\nbench: %d part(s) in %.0f s; results in %s%s" % (len(ctx["results"]), wall, args.results_dir,
                                                               ("; FAILED: " + ", ".join(failed)) if failed else ""))
     return 1 if failed else 0

@@ -45,7 +45,7 @@ LEASES = ("coordination.k8s.io/v1", "leases")
 K8sError = k8s_client.K8sError
 # The slot wait polls every ``poll`` s +- 25 %. A watch on the Leases would hand a freed slot over
 # at once; measured (bench/rollout_window.py, docs/benchmarks.md) the polled handover costs about
-# half a poll interval per node (0.47 s mean at 1 s), under 2 % of a rollout of nodes that take a
+# half a poll interval per node (0.5 to 0.7 s mean at 1 s), 2 % of a rollout of nodes that take a
 # minute and well under 1 % at real reboot times, so the wait polls (docs/rolling-reboot-budget.md).
 POLL_JITTER = 0.25
 # How long a node waits for a node before it in the plan that has not reached its slot wait (its
