@@ -104,6 +104,13 @@ options:
         before the audit, so that a fleet is not told it is clean of advisories published since.
     type: int
     default: 45
+  group_label:
+    description:
+      - A Node label whose values group the nodes in the report's summary (C(summary.by_group)), for
+        example the node pool label C(cloud.google.com/gke-nodepool), C(eks.amazonaws.com/nodegroup) or
+        C(kubernetes.azure.com/agentpool). The labels are those the cluster pass read for each node.
+      - Unset - no grouping (C(summary.by_group) is null).
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
@@ -138,7 +145,10 @@ summary:
   returned: success
   type: dict
 failing:
-  description: Findings at or above O(fail_on) (node, id, severity).
+  description:
+    - Findings at or above O(fail_on) (node, id, severity, where).
+    - A finding of cluster scope (GPU Operator, device plugin, MIG manager, DCGM Exporter) is one entry
+      with C(node) null, C(nodes) (the nodes it affects) and C(where) C(cluster (N nodes)).
   returned: success
   type: list
   elements: dict

@@ -19,6 +19,12 @@ NV_BAD = {"present": True, "probe": {"status": "hung", "backend": "nvml", "elaps
           "driver_version": "570.148.08", "mig_mixed": True,
           "device_nodes": [{"name": "nvidia-uvm", "path": "/dev/nvidia-uvm", "exists": True}],
           "kernel_modules": {"nvidia_uvm": {"loaded": True}}}
+# A GPU node the audit saw whole (coverage: a GPU node), with nothing wrong.
+NV_OK = {"present": True, "source": "nvml", "probe": {"status": "ok", "backend": "nvml"},
+         "pci": {"available": True, "gpus": [{"bus_id": "0000:3b:00.0"}], "errors": []},
+         "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "pci_bus_id": "00000000:3B:00.0"}],
+         "device_nodes": [{"name": "nvidia-uvm", "path": "/dev/nvidia-uvm", "exists": True}],
+         "kernel_modules": {"nvidia_uvm": {"loaded": True}}}
 GUARD_BAD = {"verdict": "known_bad", "branch": 570, "driver_version": "570.148.08", "recommended_version": "570.172.08",
              "matches": [{"id": "nvml-r570-mig-hang", "references": ["https://github.com/NVIDIA/gpu-operator/issues/1361"]}],
              "compute_utils": {"checked": True, "installed": False, "package": "nvidia-compute-utils-570"}}
@@ -64,9 +70,10 @@ def run_audit(ansible, tmp_path, check=False, cluster_findings=None, report_vars
             {"name": "Evaluate", "kubegpu.fleet.audit_evaluate": {
                 "node": "{{ inventory_hostname }}",
                 "unreachable": "{{ reach.msg if reach is unreachable else '' }}",
-                "nvidia": "{{ nv if inventory_hostname == 'gpu-bad' else {} }}",
+                "nvidia": "{{ nv if inventory_hostname == 'gpu-bad' else nv_ok }}",
+                "kubelet": {"running": True, "pid": 1},
                 "driver_guard": "{{ guard if inventory_hostname == 'gpu-bad' else {'verdict': 'ok'} }}"},
-             "vars": {"nv": NV_BAD, "guard": GUARD_BAD}},
+             "vars": {"nv": NV_BAD, "nv_ok": NV_OK, "guard": GUARD_BAD}},
         ]},
         {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
             {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
@@ -88,6 +95,10 @@ def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     s = report["summary"]
     assert (s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_clean"]) == (3, 2, 1, 1)
     assert s["unreachable"] == ["gpu-gone"]
+    # what the audit saw: both audited hosts are GPU nodes (a host it saw nothing of is never clean)
+    assert (s["nodes_not_gpu"], s["nodes_not_inspected"]) == (0, 0)
+    ok = [n for n in report["nodes"] if n["name"] == "gpu-ok"][0]
+    assert ok["coverage"]["status"] == "gpu_node" and ok["coverage"]["gpu_models"] == {"NVIDIA A100-SXM4-80GB": 1}
     bad = [n for n in report["nodes"] if n["name"] == "gpu-bad"][0]
     # 570.148.08 is also below the fixes of NVIDIA's driver bulletins (catalog v2): security.driver,
     # grouped by CVE in the report
@@ -202,7 +213,11 @@ def test_html_report_in_headless_chromium(ansible, tmp_path):
     assert critical >= 2  # driver.known_bad, nvml.hung (+ security.driver)
     assert '<div class="card critical" data-metric="critical"><div class="n">%d</div>' % critical in page.replace("\n", "")
     assert 'class="cell critical" data-finding="driver.known_bad"' in page
-    assert "Unreachable:</strong> gpu-gone" in page
+    assert 'Unreachable (1)</summary><p><a href="#node-gpu-gone">gpu-gone</a></p>' in page
+    # the page's one script ran under its Content-Security-Policy (allowed by its hash): it shows the filter box
+    box = page[page.index('<input class="filter"'):].split(">", 1)[0]
+    assert 'id="filter"' in box and "hidden" not in box, box
+    assert page.count("<script") == 1
     assert "upgrade the driver within its branch to 570.172.08" in page
     assert "collection %s" % GALAXY["version"] in page and "collection ?" not in page
     shot = os.path.join(str(tmp_path), "report.png")
@@ -242,4 +257,9 @@ def test_cves_grouped_in_every_format(ansible, tmp_path):
         assert dom.returncode == 0, dom.stderr[-2000:]
         page = dom.stdout
         assert page.index('id="summary"') < page.index('id="cves"') < page.index('id="matrix"')
-        assert '<tr data-cve="CVE-2025-23266" data-affected-nodes="1">' in page
+        assert '<tr class="fi" data-cve="CVE-2025-23266" data-affected-nodes="1">' in page
+        # the GPU Operator is the cluster's: listed once with its node, not in the node x finding matrix
+        cluster = page[page.index('<section id="cluster">'):page.index('<section id="cves">')]
+        assert 'data-finding="security.gpu-operator"' in cluster and 'affected nodes (1)' in cluster
+        matrix = page[page.index('<section id="matrix">'):page.index('<section id="details">')]
+        assert "security.gpu-operator" not in matrix

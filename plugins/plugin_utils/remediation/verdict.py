@@ -16,16 +16,26 @@ def final_verdict(report, fail_on, plans):
     node's plan marked ``manual`` (left for a person: cluster components Helm or the GPU Operator
     deploy, hardware, ...) is reported but does not fail the run; any other one - something the
     rollout should have fixed, a finding that appeared during it, a cluster-wide finding - is
-    unresolved. Returns ``{"unresolved": [...], "left_for_person": [...]}``, each entry
-    ``{"node", "id", "severity"}``.
+    unresolved. A finding of cluster scope (node None, ``nodes``: those it affects) is left for a
+    person when every affected node's plan marked it so. Returns ``{"unresolved": [...],
+    "left_for_person": [...]}``, each entry ``{"node", "id", "severity", "where"}`` (the node, or
+    ``cluster (N nodes)``; and ``nodes`` for one of cluster scope).
     """
     plans = plans or {}
     unresolved, left = [], []
     for f in build.failing_findings(report, fail_on):
         entry = {"node": f.get("node"), "id": f.get("id"), "severity": f.get("severity")}
-        plan = plans.get(entry["node"]) if entry["node"] is not None else None
-        # manual: left for a person; noted: nothing to do on the node (an unknown Xid, the
-        # driver asking to quiesce P2P traffic): reported, not something the rollout failed at
-        manual = ((plan or {}).get("manual") or []) + ((plan or {}).get("noted") or [])
-        (left if entry["id"] in manual else unresolved).append(entry)
+        # a finding of cluster scope is listed once with the nodes it affects: left for a person
+        # when the plan of every one of them says so
+        names = [entry["node"]] if entry["node"] is not None else list(f.get("nodes") or [])
+        if entry["node"] is None and names:
+            entry["nodes"] = names
+        entry["where"] = entry["node"] or ("cluster (%d nodes)" % len(names) if names else "cluster")
+        excused = bool(names)
+        for name in names:
+            plan = plans.get(name) or {}
+            # manual: left for a person; noted: nothing to do on the node (an unknown Xid, the
+            # driver asking to quiesce P2P traffic): reported, not something the rollout failed at
+            excused = excused and entry["id"] in (plan.get("manual") or []) + (plan.get("noted") or [])
+        (left if excused else unresolved).append(entry)
     return {"unresolved": unresolved, "left_for_person": left}

@@ -25,6 +25,7 @@ starts with ``json_safe`` and has the one escaping path of its format.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -33,11 +34,14 @@ import re
 import yaml  # ansible-core depends on PyYAML: always there on a controller
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import cvss_rating
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_list, dict_items
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import coverage as audit_coverage
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict, as_list, dict_items
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
 
 SCHEMA_ID = "kubegpu.fleet/audit-report"
-SCHEMA_VERSION = 1
+# 2: findings of cluster scope (the finding table's ``scope``) are listed once per cluster in
+# ``cluster.findings`` with the nodes they affect, no longer in each node's ``findings``.
+SCHEMA_VERSION = 2
 
 SEVERITIES = ("critical", "warning", "info")
 GENERATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
@@ -223,7 +227,7 @@ def catalog_state(entries, today, max_age_days=CATALOG_MAX_AGE_DAYS, error=None)
 
 def build_report(nodes, cluster_findings=None, generated_at=None, collection_version=None,
                  fail_on="critical", run=None, catalog=None, catalog_max_age_days=CATALOG_MAX_AGE_DAYS,
-                 catalog_error=None):
+                 catalog_error=None, group_label=None):
     """Aggregate per-node results into the report document.
 
     ``catalog``: the entries of the known-bad catalog the audit used (or ``catalog_error``, why
@@ -234,7 +238,18 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
     audited | unreachable | failed. Unreachable and failed nodes are listed, never dropped.
     ``cluster_findings`` are findings about the cluster as a whole (node ``None``) or about a
     named node seen from the API (they carry ``node``).
+
+    A node entry may carry ``coverage`` (what the audit could see, audit/coverage.py: a node that
+    is not a GPU node or was not inspected is never clean) and ``labels`` (its Node labels).
+    Findings of cluster scope (the finding table's ``scope``: GPU Operator, device plugin, MIG
+    manager, DCGM Exporter) are listed once in ``cluster.findings`` (``cluster_scoped``) with the
+    nodes they affect; each node names them in its ``cluster_findings``.
+
+    ``group_label``: a Node label (a node pool: ``cloud.google.com/gke-nodepool``,
+    ``eks.amazonaws.com/nodegroup``, ...) whose values group the nodes in ``summary.by_group``.
     """
+    if group_label is not None and (not isinstance(group_label, str) or not group_label.strip()):
+        raise ReportError("group_label must be a Node label name, got %r" % (group_label,))
     if fail_on not in SEVERITY_RANK and fail_on not in ("never", "none"):
         raise ReportError("fail_on must be one of critical, warning, info, never; got %r" % (fail_on,))
     if generated_at is None:
@@ -269,8 +284,11 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         if status not in NODE_STATUSES:
             raise ReportError("node %r has unknown status %r" % (name, status))
         findings = [_check_finding(f, name) for f in entry.get("findings") or []]
+        labels = as_dict(entry.get("labels"))
         out_nodes.append({"name": name, "status": status, "error": entry.get("error"),
-                          "findings": sorted(findings, key=_finding_order)})
+                          "findings": sorted(findings, key=_finding_order),
+                          "coverage": check_coverage(entry.get("coverage"), name),
+                          "group": _text_or_none(labels.get(group_label)) if group_label is not None else None})
 
     by_name = {n["name"]: n for n in out_nodes}
     cluster = []
@@ -283,27 +301,31 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             by_name[node]["findings"].append(checked)
             by_name[node]["findings"].sort(key=_finding_order)
         else:
-            cluster.append(checked)
-    cluster.sort(key=_finding_order)
+            cluster.append(dict(checked, scope="cluster", digest=finding_digest(checked), nodes=[],
+                                affected_nodes=0))
 
     out_nodes.sort(key=lambda n: n["name"])
+    cluster = sorted(cluster + cluster_scoped(out_nodes), key=_cluster_order)
     all_findings = [f for n in out_nodes for f in n["findings"]] + cluster
     by_severity = dict((s, 0) for s in SEVERITIES)
     by_id = {}
     for f in all_findings:
         by_severity[f["severity"]] += 1
         slot = by_id.setdefault(f["id"], {"severity": f["severity"], "title": f["title"], "count": 0,
-                                          "nodes": []})
+                                          "scope": f.get("scope", "node"), "nodes": [], "affected_nodes": 0})
         slot["count"] += 1
         if severity_rank(f["severity"]) > severity_rank(slot["severity"]):
             slot["severity"] = f["severity"]
-        if f["node"] is not None and f["node"] not in slot["nodes"]:
-            slot["nodes"].append(f["node"])
+        slot["nodes"].extend([f["node"]] if f["node"] is not None else f.get("nodes") or [])
     for slot in by_id.values():
-        slot["nodes"].sort()
+        slot["nodes"] = sorted(set(slot["nodes"]))
+        slot["affected_nodes"] = len(slot["nodes"])
 
     counts = dict((s, sum(1 for n in out_nodes if n["status"] == s)) for s in NODE_STATUSES)
-    clean = sum(1 for n in out_nodes if n["status"] == "audited" and not n["findings"])
+    clean = sum(1 for n in out_nodes if is_clean(n))
+    coverage_of = dict((status, sorted(n["name"] for n in out_nodes if n["status"] == "audited"
+                                       and (n["coverage"] or {}).get("status") == status))
+                       for status in audit_coverage.STATUSES)
     failing = failing_findings({"nodes": out_nodes, "cluster": {"findings": cluster}}, fail_on)
     out = {
         "schema": SCHEMA_ID,
@@ -317,8 +339,12 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             "nodes_unreachable": counts["unreachable"],
             "nodes_failed": counts["failed"],
             "nodes_clean": clean,
+            "nodes_not_gpu": len(coverage_of["not_gpu_node"]),
+            "nodes_not_inspected": len(coverage_of["not_inspected"]),
             "unreachable": sorted(n["name"] for n in out_nodes if n["status"] == "unreachable"),
             "failed": sorted(n["name"] for n in out_nodes if n["status"] == "failed"),
+            "not_gpu_node": coverage_of["not_gpu_node"],
+            "not_inspected": coverage_of["not_inspected"],
             "nodes_not_audited": counts["not_audited"],
             "not_audited": sorted(n["name"] for n in out_nodes if n["status"] == "not_audited"),
             "findings_total": len(all_findings),
@@ -327,14 +353,169 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             "fail_on": fail_on,
             "failing": len(failing),
             "hands_on": hands_on(out_nodes),
+            "coverage": coverage_counts(out_nodes),
+            "by_gpu_model": by_gpu_model(out_nodes),
+            "by_group": None if group_label is None else {"label": group_label, "groups": by_group(out_nodes)},
         },
         "nodes": out_nodes,
         "cluster": {"findings": cluster},
-        "cves": group_cves(all_findings),
+        # the CVE table counts the nodes a cluster component affects
+        "cves": group_cves([f for n in out_nodes for f in n["findings"]]
+                           + [dict(f, node=name) for f in cluster for name in f["nodes"]]
+                           + [f for f in cluster if not f["nodes"]]),
     }
     if catalog_info is not None:
         out["catalog"] = catalog_info
     return out
+
+
+def check_coverage(cov, node):
+    """A node's ``coverage`` (audit/coverage.py) as the report keeps it: the known checks with a
+    known state (a check missing or malformed reads ``unknown``), details and reason as text,
+    GPU models with whole counts. None stays None (an audit without coverage: an older fact)."""
+    if cov is None:
+        return None
+    if not isinstance(cov, dict) or cov.get("status") not in audit_coverage.STATUSES:
+        raise ReportError("node %r has a coverage without a known status (%s): %r"
+                          % (node, ", ".join(audit_coverage.STATUSES),
+                             cov.get("status") if isinstance(cov, dict) else cov))
+    checks = {}
+    for name in audit_coverage.CHECKS:
+        check = as_dict(as_dict(cov.get("checks")).get(name))
+        if check.get("state") in audit_coverage.STATES:
+            checks[name] = {"state": check["state"], "detail": str(check.get("detail") or "")}
+        else:
+            checks[name] = {"state": "unknown", "detail": "not reported"}
+    models = {}
+    for model, count in as_dict(cov.get("gpu_models")).items():
+        if not isinstance(count, bool) and isinstance(count, int) and count >= 0:
+            models[str(model)] = count
+    reason = cov.get("reason")
+    return {"status": cov["status"], "reason": None if reason is None else str(reason), "checks": checks,
+            "gpu_models": models}
+
+
+def _text_or_none(value):
+    return value if isinstance(value, str) else None
+
+
+def is_clean(node):
+    """An audited node with no finding of its own, none of the cluster's affecting it, and a
+    coverage (when it has one) that says it is a GPU node the audit saw."""
+    cov = node.get("coverage")
+    return (node["status"] == "audited" and not node["findings"] and not node.get("cluster_findings")
+            and (cov is None or cov.get("status") == "gpu_node"))
+
+
+def scope_of(fid):
+    """The finding table's scope of ``fid`` (``node`` for an id the table does not know)."""
+    row = TYPES.get(fid)
+    return row.scope if row is not None else "node"
+
+
+def finding_digest(finding):
+    """16 hex digits of SHA-256 over the finding's content but its node: the same problem seen
+    on several nodes has one digest."""
+    content = dict((k, finding.get(k)) for k in ("id", "severity", "title", "evidence", "remediation", "references"))
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+
+
+def cluster_scoped(nodes):
+    """Take the findings of cluster scope out of each node's ``findings`` (in place) and return
+    them once per cluster: one entry per id and content (``digest``: a component at two versions
+    during an upgrade is two entries), with ``nodes`` (sorted) and ``affected_nodes``. Each node
+    names its entries in ``cluster_findings`` (``[{"id", "digest"}]``)."""
+    groups = {}
+    for node in nodes:
+        keep, refs = [], []
+        for f in node["findings"]:
+            if scope_of(f["id"]) != "cluster":
+                keep.append(f)
+                continue
+            digest = finding_digest(f)
+            group = groups.get((f["id"], digest))
+            if group is None:
+                group = groups[(f["id"], digest)] = dict(f, node=None, scope="cluster", digest=digest, nodes=[])
+            if node["name"] not in group["nodes"]:
+                group["nodes"].append(node["name"])
+                refs.append({"id": f["id"], "digest": digest})
+        node["findings"] = keep
+        node["cluster_findings"] = sorted(refs, key=lambda r: (r["id"], r["digest"]))
+    out = []
+    for group in groups.values():
+        group["nodes"].sort()
+        group["affected_nodes"] = len(group["nodes"])
+        out.append(group)
+    return out
+
+
+def _cluster_order(f):
+    return (-severity_rank(f["severity"]), f["id"], -f["affected_nodes"], f["digest"])
+
+
+def worst_severity(node, cluster_by_key=None):
+    """The most severe severity among the node's findings and (with ``cluster_by_key``,
+    ``{(id, digest): finding}``) the cluster findings affecting it; None without any."""
+    sevs = [f["severity"] for f in node["findings"]]
+    for ref in node.get("cluster_findings") or []:
+        f = (cluster_by_key or {}).get((ref["id"], ref["digest"]))
+        if f is not None:
+            sevs.append(f["severity"])
+    return max(sevs, key=severity_rank) if sevs else None
+
+
+def coverage_counts(nodes):
+    """``{"status": {coverage status: nodes}, check: {state: nodes}}`` over the audited nodes
+    that report a coverage."""
+    out = {"status": dict((s, 0) for s in audit_coverage.STATUSES)}
+    for check in audit_coverage.CHECKS:
+        out[check] = dict((state, 0) for state in audit_coverage.STATES)
+    for node in nodes:
+        cov = node.get("coverage")
+        if node["status"] != "audited" or cov is None:
+            continue
+        out["status"][cov["status"]] += 1
+        for check in audit_coverage.CHECKS:
+            out[check][cov["checks"][check]["state"]] += 1
+    return out
+
+
+def _node_tally(entry, node):
+    entry["nodes"] += 1
+    if is_clean(node):
+        entry["clean"] += 1
+    if node["findings"] or node.get("cluster_findings"):
+        entry["with_findings"] += 1
+
+
+def by_gpu_model(nodes):
+    """``[{"model", "nodes", "gpus", "clean", "with_findings"}]``: the audited nodes per GPU model
+    (a node with two models counts under each; ``model`` None: no model known), most nodes first."""
+    out = {}
+    for node in nodes:
+        if node["status"] != "audited":
+            continue
+        models = (node.get("coverage") or {}).get("gpu_models") or {None: 0}
+        for model, count in models.items():
+            entry = out.setdefault(model, {"model": model, "nodes": 0, "gpus": 0, "clean": 0, "with_findings": 0})
+            entry["gpus"] += count
+            _node_tally(entry, node)
+    return sorted(out.values(), key=lambda e: (-e["nodes"], e["model"] is None, e["model"] or ""))
+
+
+def by_group(nodes):
+    """``[{"value", "nodes", "audited", "clean", "with_findings"}]``: the nodes per value of the
+    report's ``group_label`` (``value`` None: no such label, or the node was not audited), most
+    nodes first."""
+    out = {}
+    for node in nodes:
+        value = node.get("group") if isinstance(node.get("group"), str) else None
+        entry = out.setdefault(value, {"value": value, "nodes": 0, "audited": 0, "clean": 0, "with_findings": 0})
+        if node["status"] == "audited":
+            entry["audited"] += 1
+        _node_tally(entry, node)
+    return sorted(out.values(), key=lambda e: (-e["nodes"], e["value"] is None, e["value"] or ""))
 
 
 CVE_SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -464,7 +645,8 @@ def hands_on(nodes):
 
 
 def failing_findings(report, fail_on):
-    """Findings at or above ``fail_on`` (``never``/``none`` -> none)."""
+    """Findings at or above ``fail_on`` (``never``/``none`` -> none): each node's own, then the
+    cluster's, each of those once (its ``nodes``: the nodes it affects)."""
     if fail_on in ("never", "none"):
         return []
     threshold = severity_rank(fail_on)

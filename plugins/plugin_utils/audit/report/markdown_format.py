@@ -20,6 +20,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build i
     clean_text,
     json_safe,
 )
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import view
 
 
 class _Md(str):
@@ -86,44 +87,134 @@ def render_markdown(report):
     lines = [
         _md("# kubegpu.fleet audit — %s", report["generated_at"]),
         _md(""),
-        _md("%d nodes: %d audited, %d unreachable, %d failed, %d clean. Findings: %d critical, %d warning, %d info.",
+        _md("%d nodes: %d audited, %d unreachable, %d failed, %d clean, %d not a GPU node, %d not inspected. "
+            "Findings: %d critical, %d warning, %d info (a finding of the cluster counted once).",
             s["nodes_total"], s["nodes_audited"], s["nodes_unreachable"], s["nodes_failed"], s["nodes_clean"],
-            sev["critical"], sev["warning"], sev["info"]),
+            s.get("nodes_not_gpu", 0), s.get("nodes_not_inspected", 0), sev["critical"], sev["warning"], sev["info"]),
         _md(""),
     ]
     lines += _markdown_catalog(report.get("catalog"))
-    if s["unreachable"]:
-        lines += [_md("**Unreachable:** %s", _md_join(", ", s["unreachable"])), _md("")]
-    if s["failed"]:
-        lines += [_md("**Audit failed on:** %s", _md_join(", ", s["failed"])), _md("")]
+    for label, key in (("Unreachable", "unreachable"), ("Audit failed on", "failed"),
+                       ("Not a GPU node", "not_gpu_node"), ("Not inspected", "not_inspected")):
+        if s.get(key):
+            lines += [_md("**%s:** %s", label, _bounded_names(s[key], view.NAMES_MAX)), _md("")]
     if s.get("hands_on"):
         lines += [_md("**Hands-on work (nodes left cordoned for a person):**"), _md("")]
-        for entry in s["hands_on"]:
+        shown, more = view.bounded(s["hands_on"], view.NODES_MAX)
+        for entry in shown:
             lines.append(_md("- **%s** (%s): %s", entry["node"],
                              _md_join(", ", [md(i, code=True) for i in entry["findings"]]),
-                             _md_join("; ", entry["work"])))
+                             _md_join("; ", [view.short(w) for w in entry["work"]])))
+        if more:
+            lines.append(_md("- %d more nodes: see the JSON report", more))
         lines.append(_md(""))
     if s["by_id"]:
         lines += [_md("| severity | finding | nodes |"), _md("| --- | --- | --- |")]
-        for fid, slot in s["by_id"].items():
-            lines.append(_md("| %s | %s %s | %s |", slot["severity"], md(fid, code=True), slot["title"],
-                             _md_join(", ", slot["nodes"]) if slot["nodes"] else _md("cluster")))
-        lines += [_md(""), _md("## Per node"), _md("")]
-        for node in report["nodes"]:
-            if not node["findings"]:
-                continue
-            lines.append(_md("- **%s**", node["name"]))
-            for f in node["findings"]:
-                fix = f["remediation"].get("summary") or f["remediation"].get("role") or ""
-                lines.append(_md("  - %s %s: %s%s", f["severity"].upper(), md(f["id"], code=True), f["title"],
-                                 _md(" — fix: %s", fix) if fix else _md("")))
-        for f in report["cluster"]["findings"]:
-            lines.append(_md("- **cluster**: %s %s: %s", f["severity"].upper(), md(f["id"], code=True), f["title"]))
+        shown, more = view.bounded(s["by_id"].items(), view.ROWS_MAX)
+        for fid, slot in shown:
+            lines.append(_md("| %s | %s %s | %s |", slot["severity"], md(fid, code=True), view.short(slot["title"]),
+                             _where(slot["nodes"], slot.get("scope", "node"))))
         lines.append(_md(""))
-    else:
-        lines += [_md("No findings."), _md("")]
+        if more:
+            lines += [_md("%d more findings: see the JSON report.", more), _md("")]
+    lines += _markdown_tables(report)
+    lines += _markdown_cluster(report)
+    lines += _markdown_nodes(report)
     lines += _markdown_cves(report.get("cves") or [])
     return _md_document(lines)
+
+
+def _where(names, scope):
+    """A finding's nodes: ``N: a, b and K more``, ``cluster, N: ...`` for one of the cluster, ``cluster``."""
+    if not names:
+        return _md("cluster")
+    return _md("%s%d: %s", _md("cluster, ") if scope == "cluster" else _md(""), len(names),
+               _bounded_names(names, view.NAMES_MAX))
+
+
+def _markdown_tables(report):
+    """The coverage, GPU model and node group tables of the summary."""
+    s = report["summary"]
+    lines = []
+    counts = s.get("coverage") or {}
+    if sum((counts.get("status") or {}).values()):
+        lines += [_md("## Coverage"), _md(""), _md("What the audit could see on the audited nodes (nodes per answer)."),
+                  _md(""), _md("| check | yes | no | unknown | off |"), _md("| --- | --- | --- | --- | --- |")]
+        for key, label in view.COVERAGE_CHECKS:
+            c = counts.get(key) or {}
+            lines.append(_md("| %s | %d | %d | %d | %d |", label, c.get("yes", 0), c.get("no", 0), c.get("unknown", 0),
+                             c.get("off", 0)))
+        lines.append(_md(""))
+    group = s.get("by_group") or {}
+    models = s.get("by_gpu_model") or []
+    for title, rows, key in ((_md("GPU models"), models if any(m["model"] is not None for m in models) else [], "model"),
+                             (_md("Nodes by %s", group.get("label")), group.get("groups") or [], "value")):
+        if not rows:
+            continue
+        lines += [_md("## %s", title), _md(""), _md("| %s | nodes | clean | with findings |", key),
+                  _md("| --- | --- | --- | --- |")]
+        shown, more = view.bounded(rows, view.ROWS_MAX)
+        for row in shown:
+            lines.append(_md("| %s | %d | %d | %d |", view.short(row[key]) if row[key] is not None else _md("(none)"),
+                             row["nodes"], row["clean"], row["with_findings"]))
+        lines.append(_md(""))
+        if more:
+            lines += [_md("%d more rows: see the JSON report.", more), _md("")]
+    return lines
+
+
+def _markdown_cluster(report):
+    """One line per finding of the cluster, with the nodes it affects."""
+    findings = report["cluster"]["findings"]
+    if not findings:
+        return []
+    lines = [_md("## Cluster"), _md("")]
+    shown, more = view.bounded(findings, view.ROWS_MAX)
+    for f in shown:
+        fix = f["remediation"].get("summary") or f["remediation"].get("role") or ""
+        lines.append(_md("- %s %s: %s — %s%s", f["severity"].upper(), md(f["id"], code=True), view.short(f["title"]),
+                         _where(f.get("nodes") or [], "cluster") if f.get("nodes") else _md("the cluster"),
+                         _md(" — fix: %s", view.short(fix)) if fix else _md("")))
+    if more:
+        lines.append(_md("- %d more: see the JSON report", more))
+    return lines + [_md("")]
+
+
+def _markdown_nodes(report):
+    """The nodes with something to show, worst first and bounded, then the clean ones' names."""
+    nodes = view.worst_first(report)
+    clean = view.clean_names(report)
+    if not nodes and not clean:
+        return [_md("No nodes."), _md("")]
+    lines = [_md("## Per node"), _md("")]
+    shown, more = view.bounded(nodes, view.NODES_MAX)
+    for node, _worst in shown:
+        cov = node.get("coverage") or {}
+        notes = []
+        if node["status"] != "audited":
+            notes.append(node["status"])
+        if cov.get("status") not in (None, "gpu_node"):
+            notes.append(view.COVERAGE_STATUS[cov["status"]])
+        if node.get("cluster_findings"):
+            notes.append(_md("%d finding(s) of the cluster", len(node["cluster_findings"])))
+        lines.append(_md("- **%s**%s", node["name"], _md(" (%s)", _md_join("; ", notes)) if notes else _md("")))
+        if node.get("error"):
+            lines.append(_md("  - error: %s", view.short(node["error"])))
+        gaps = [(label, state, detail) for label, state, detail in view.coverage_line(cov) if state != "yes"]
+        if gaps:
+            lines.append(_md("  - coverage: %s", _md_join("; ", [_md("%s: %s (%s)", *g) for g in gaps])))
+        fshown, fmore = view.bounded(node["findings"], view.FINDINGS_MAX)
+        for f in fshown:
+            fix = f["remediation"].get("summary") or f["remediation"].get("role") or ""
+            lines.append(_md("  - %s %s: %s%s", f["severity"].upper(), md(f["id"], code=True), view.short(f["title"]),
+                             _md(" — fix: %s", view.short(fix)) if fix else _md("")))
+        if fmore:
+            lines.append(_md("  - %d more findings: see the JSON report", fmore))
+    if more:
+        lines.append(_md("- %d more nodes with findings or not audited: see the JSON report", more))
+    if clean:
+        lines += [_md(""), _md("**Clean (%d):** %s", len(clean), _bounded_names(clean, view.NAMES_MAX))]
+    return lines + [_md("")]
 
 
 def _markdown_catalog(cat):

@@ -51,6 +51,8 @@ ARGUMENT_SPEC = {
     "run": {"type": "dict", "default": {}},
     "catalog_extra": {"type": "raw"},
     "catalog_max_age_days": {"type": "int", "default": build.CATALOG_MAX_AGE_DAYS},
+    # a Node label (a node pool) the summary groups the nodes by
+    "group_label": {"type": "str"},
     # the fleet report of a run from the published results (audit/publish.py, audit/fleet.py)
     "store": {"type": "str", "choices": list(publish.STORES)},
     "path": {"type": "path"},
@@ -70,7 +72,8 @@ def audit_nodes(hosts, hostvars):
         name = hv.get("kubegpu_node_name") or host
         if isinstance(audit, dict) and audit.get("status") == "audited":
             nodes.append({"name": audit.get("node") or name, "status": "audited",
-                          "findings": audit.get("findings") or []})
+                          "findings": audit.get("findings") or [], "coverage": audit.get("coverage"),
+                          "labels": audit.get("labels")})
         elif isinstance(audit, dict) and audit.get("status") in ("unreachable", "failed"):
             nodes.append({"name": audit.get("node") or name, "status": audit["status"],
                           "error": audit.get("error"), "findings": []})
@@ -92,6 +95,18 @@ def write_report(report, dest, formats):
         fileutil.write_file(path, render(report), mode=0o644, backup=False)
         files[fmt] = path
     return files
+
+
+def failing_entry(finding):
+    """A failing finding as the task returns it: ``{"node", "id", "severity", "where"}`` (``where``:
+    the node, or ``cluster (N nodes)`` for a finding of the cluster, which adds ``nodes``)."""
+    out = {"node": finding["node"], "id": finding["id"], "severity": finding["severity"]}
+    if finding["node"] is None:
+        out["nodes"] = list(finding.get("nodes") or [])
+        out["where"] = "cluster (%d nodes)" % len(out["nodes"]) if out["nodes"] else "cluster"
+    else:
+        out["where"] = finding["node"]
+    return out
 
 
 def work(task, args):
@@ -123,7 +138,8 @@ def _work(task, args, secrets):
         report = build.build_report(nodes, cluster_findings=args["cluster_findings"], fail_on=args["fail_on"],
                                     collection_version=args["collection_version"] or build.collection_version(),
                                     run=args["run"], catalog=catalog, catalog_error=catalog_error,
-                                    catalog_max_age_days=args["catalog_max_age_days"])
+                                    catalog_max_age_days=args["catalog_max_age_days"],
+                                    group_label=args["group_label"] or None)
     except build.ReportError as e:
         raise runner.ActionFailed("cannot build the audit report: %s" % e)
     if fleet_run is not None:
@@ -136,7 +152,7 @@ def _work(task, args, secrets):
     # Reports are controller-side artifacts, written in check mode too; the task never
     # reports a change so the audit stays idempotent.
     return {"changed": False, "files": files, "summary": report["summary"],
-            "failing": [{"node": f["node"], "id": f["id"], "severity": f["severity"]} for f in failing],
+            "failing": [failing_entry(f) for f in failing],
             "report": report}
 
 

@@ -81,7 +81,27 @@ def test_fixed_node_leaves_only_the_manual_findings(before):
     verdict = final_verdict(report_of([after]), "info", {"gpu-a": plan})
     assert verdict["unresolved"] == []
     assert {e["id"] for e in verdict["left_for_person"]} == set(plan["manual"])
-    assert all(e["node"] == "gpu-a" for e in verdict["left_for_person"])
+    # a cluster component's finding is listed once for the cluster, with the nodes it affects
+    assert all(e["node"] == "gpu-a" or (e["node"] is None and e["nodes"] == ["gpu-a"])
+               for e in verdict["left_for_person"])
+    assert {e["id"] for e in verdict["left_for_person"] if e["node"] is None} == found_cluster_ids(plan)
+
+
+def found_cluster_ids(plan):
+    return set(plan["manual"]) & CLUSTER
+
+
+def test_cluster_component_left_for_a_person_only_when_every_affected_plan_says_so(before):
+    """The GPU Operator's advisory on two nodes is one finding of the cluster: left for a person
+    when both nodes' plans left it so, unresolved when one node had no plan."""
+    plan = plan_node(before)
+    a, b = node("gpu-a", ctx("570.211.01", "1.19.1")), node("gpu-b", ctx("570.211.01", "1.19.1"))
+    both = final_verdict(report_of([a, b]), "info", {"gpu-a": plan, "gpu-b": plan})
+    operator = [e for e in both["left_for_person"] if e["id"] == "security.gpu-operator"]
+    assert operator == [{"node": None, "id": "security.gpu-operator", "severity": operator[0]["severity"],
+                         "nodes": ["gpu-a", "gpu-b"], "where": "cluster (2 nodes)"}]
+    one = final_verdict(report_of([a, b]), "info", {"gpu-a": plan})
+    assert "security.gpu-operator" in {e["id"] for e in one["unresolved"] if e["node"] is None}
 
 
 def test_what_the_rollout_should_have_fixed_is_unresolved(before):

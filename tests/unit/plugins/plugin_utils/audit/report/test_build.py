@@ -27,7 +27,7 @@ def nodes():
 def test_build_report_aggregates_and_lists_unreachable():
     rep = build.build_report(nodes(), generated_at="2026-11-22T05:00:00Z", collection_version="0.1.0")
     s = rep["summary"]
-    assert rep["schema"] == "kubegpu.fleet/audit-report" and rep["schema_version"] == 1
+    assert rep["schema"] == "kubegpu.fleet/audit-report" and rep["schema_version"] == 2
     assert [n["name"] for n in rep["nodes"]] == ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
     assert s["nodes_total"] == 4 and s["nodes_audited"] == 2 and s["nodes_unreachable"] == 1
     assert s["nodes_failed"] == 1 and s["nodes_clean"] == 1

@@ -103,9 +103,10 @@ def test_markdown_and_html_cve_sections_bound_the_node_list():
     assert "| 9.0 | critical | container-toolkit | 13: gpu-00, gpu-01" in row
     assert "gpu-09 and 3 more" in row and "gpu-10" not in row and "container-toolkit 1.17.8" in row
     page = html_format.render_html(rep)
-    assert '<tr data-cve="CVE-2025-23266" data-affected-nodes="13">' in page
+    assert '<tr class="fi" data-cve="CVE-2025-23266" data-affected-nodes="13">' in page
     assert page.index('id="cves"') < page.index('id="matrix"')
-    assert '<a href="#node-gpu-09">gpu-09</a> and 3 more' in page and "#node-gpu-10" not in page
+    row = page[page.index('data-cve="CVE-2025-23266"'):].split("</tr>", 1)[0]
+    assert '<a href="#node-gpu-09">gpu-09</a> <span class="more">and 3 more</span>' in row and "gpu-10" not in row
     # JSON keeps every node
     assert len(rep["cves"][0]["node_names"]) == 13
 

@@ -32,9 +32,10 @@ def report():
 def test_markdown_contains_what_matters():
     rep = build.build_report(nodes(), generated_at="2026-11-22T05:00:00Z")
     md = markdown_format.render_markdown(rep)
-    assert "4 nodes: 2 audited, 1 unreachable, 1 failed, 1 clean" in md
+    assert "4 nodes: 2 audited, 1 unreachable, 1 failed, 1 clean, 0 not a GPU node, 0 not inspected" in md
     assert "**Unreachable:** gpu-c" in md
-    assert "| critical | `driver.known_bad` Known-bad driver 570.148.08 | gpu-b |" in md
+    assert "| critical | `driver.known_bad` Known-bad driver 570.148.08 | 1: gpu-b |" in md
+    assert "**Clean (1):** gpu-a" in md
 
 
 def test_markdown_structure_is_the_templates(report):
@@ -42,7 +43,7 @@ def test_markdown_structure_is_the_templates(report):
     assert markdown_problems(text, report) == []
     tokens = parse_markdown(text)
     headings = [inline_text(tokens[n + 1]) for n, t in enumerate(tokens) if t.type == "heading_open"]
-    assert headings == ["kubegpu.fleet audit — 2026-11-22T05:00:00Z", "Per node", "CVEs across the fleet"]
+    assert headings == ["kubegpu.fleet audit — 2026-11-22T05:00:00Z", "Cluster", "Per node", "CVEs across the fleet"]
     by_id, cves = tables(tokens)
     assert len(by_id) == 1 + len(report["summary"]["by_id"]) > 50 and len(cves) == 3
 

@@ -13,9 +13,15 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import 
 FINDING = {"id": "driver.known_bad", "severity": "critical", "title": "Known-bad driver"}
 
 
+COVERAGE = {"status": "gpu_node", "reason": None, "gpu_models": {"NVIDIA H100 80GB HBM3": 8},
+            "checks": dict((c, {"state": "yes", "detail": "seen"}) for c in
+                           ("pci_gpus", "driver", "nvml", "kubelet", "kernel_log", "cluster_view"))}
+
+
 def test_every_named_host_is_a_node_never_dropped():
     hostvars = {
-        "h-audited": {"kubegpu_audit": {"status": "audited", "node": "gpu-1", "findings": [FINDING]}},
+        "h-audited": {"kubegpu_audit": {"status": "audited", "node": "gpu-1", "findings": [FINDING],
+                                        "coverage": COVERAGE, "labels": {"pool": "train"}}},
         "h-unreachable": {"kubegpu_audit": {"status": "unreachable", "error": "ssh: refused"},
                           "kubegpu_node_name": "gpu-2"},
         "h-no-fact": {"kubegpu_node_name": "gpu-3"},
@@ -24,7 +30,7 @@ def test_every_named_host_is_a_node_never_dropped():
     nodes = write.audit_nodes(["h-audited", "h-unreachable", "h-no-fact", "h-odd", "h-not-in-inventory"], hostvars)
     unfinished = "the audit did not finish on this host (failed before evaluation)"
     assert nodes == [
-        {"name": "gpu-1", "status": "audited", "findings": [FINDING]},
+        {"name": "gpu-1", "status": "audited", "findings": [FINDING], "coverage": COVERAGE, "labels": {"pool": "train"}},
         {"name": "gpu-2", "status": "unreachable", "error": "ssh: refused", "findings": []},
         {"name": "gpu-3", "status": "failed", "findings": [], "error": unfinished},
         {"name": "h-odd", "status": "failed", "findings": [], "error": unfinished},

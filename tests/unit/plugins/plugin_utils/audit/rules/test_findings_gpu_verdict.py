@@ -92,7 +92,7 @@ def test_noted_findings_are_left_not_unresolved_after_the_rollout(tmp_path):
     report = {"nodes": [{"name": "n", "findings": [dict(f, node="n") for f in found]}]}
     verdict = final_verdict(report, "warning", {"n": plan})
     assert verdict["unresolved"] == [] and verdict["left_for_person"] == [
-        {"node": "n", "id": "gpu.xid", "severity": "warning"}]
+        {"node": "n", "id": "gpu.xid", "severity": "warning", "where": "n"}]
 
 
 def test_fatal_sxid_reboots_nonfatal_is_noted(tmp_path):
