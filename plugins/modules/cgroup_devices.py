@@ -280,7 +280,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.cgroup.devices_run import cgroup_devices_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 
 
 def main():
@@ -289,11 +289,7 @@ def main():
         argument_spec=probe_options.spec(probe_options.CGROUP_DEVICES),
         supports_check_mode=True,
     )
-    try:
-        result = cgroup_devices_run(module.params, module.warn)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-    module.exit_json(**result)
+    run_probe_module(module, cgroup_devices_run, module.params, module.warn)
 
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ kubelet_restarted:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.checkpoint.sync_run import checkpoint_sync_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 
 
 def main():
@@ -238,12 +238,8 @@ def main():
         argument_spec=probe_options.spec(probe_options.CHECKPOINT_SYNC),
         supports_check_mode=True,
     )
-    try:
-        result = checkpoint_sync_run(module.params, module.warn, module.get_bin_path,
-                                     check_mode=module.check_mode, diff=module._diff)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-    module.exit_json(**result)
+    run_probe_module(module, checkpoint_sync_run, module.params, module.warn, module.get_bin_path,
+                     check_mode=module.check_mode, diff=module._diff)
 
 
 if __name__ == "__main__":

@@ -412,7 +412,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.config_yaml import require_yaml
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts_run import kubelet_facts_run
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 
 
 def main():
@@ -422,12 +422,8 @@ def main():
         supports_check_mode=True,
     )
     require_yaml(module, "to read the KubeletConfiguration and its drop-ins")
-    try:
-        result = kubelet_facts_run(module.params, module.run_command, module.get_bin_path,
-                                   module.warn)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-    module.exit_json(**result)
+    run_probe_module(module, kubelet_facts_run, module.params, module.run_command,
+                     module.get_bin_path, module.warn)
 
 
 if __name__ == "__main__":

@@ -202,7 +202,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.facts import stack_facts_run
 
 
@@ -211,11 +211,7 @@ def main():
         argument_spec=probe_options.spec(probe_options.STACK_FACTS),
         supports_check_mode=True,
     )
-    try:
-        result = stack_facts_run(module.params, module.get_bin_path, module.warn)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-    module.exit_json(**result)
+    run_probe_module(module, stack_facts_run, module.params, module.get_bin_path, module.warn)
 
 
 if __name__ == "__main__":

@@ -145,16 +145,10 @@ sha256:
   type: str
 """
 
-import base64
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.config_file import (
-    ConfigFileError, read_config, write_config)
-
-NO_CONTENT = ("%s: settings are applied by the kubegpu.fleet.toolkit_config action plugin, which edits the file "
-              "on the controller (tomlkit) and passes the new content; this run reached the module without it "
-              "(the action plugin was bypassed), so nothing was changed")
+from ansible_collections.kubegpu.fleet.plugins.module_utils.stack.config_file import toolkit_config_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 
 
 def main():
@@ -171,23 +165,7 @@ def main():
         required_together=[("content", "expected_sha256")],
         supports_check_mode=True,
     )
-    path = module.params["path"]
-    result = dict(changed=False, path=path)
-    try:
-        if module.params["read"]:
-            data, digest = read_config(path)
-            result.update(content_b64=base64.b64encode(data).decode("ascii"), sha256=digest)
-        elif module.params["content"] is None:
-            module.fail_json(msg=NO_CONTENT % path, **result)
-        else:
-            changed, backup_file = write_config(path, module.params["content"], module.params["expected_sha256"],
-                                                backup=module.params["backup"], check_mode=module.check_mode)
-            result["changed"] = changed
-            if backup_file:
-                result["backup_file"] = backup_file
-    except ConfigFileError as e:
-        module.fail_json(msg=str(e), **result)
-    module.exit_json(**result)
+    run_probe_module(module, toolkit_config_run, module.params, check_mode=module.check_mode)
 
 
 if __name__ == "__main__":

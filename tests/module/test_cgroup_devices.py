@@ -6,14 +6,10 @@ hierarchy (/sys/fs/cgroup/unified/kgtest-*) with real BPF device programs; the G
 the only fake edge (a proc dir with its /proc/devices lines, mknod'ed nodes without a driver).
 """
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "unit", "plugins", "module_utils"))
-
-from test_cgroup_support import (  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.kubegpu.fleet.tests.unit.plugins.module_utils.cgroup.test_cgroup_support import (
     RUNC_DEFAULT,
     UVM_MAJOR,
     CgroupTree,

@@ -10,6 +10,7 @@ where it needs those of the module's AnsibleModule) and returns the result the m
 with, or raises ProbeFailed with the message (and extra result keys) the module fails with.
 gpu_facts, kubelet_facts, driver_guard, checkpoint_sync and cgroup_devices call them, so
 audit_node, which runs the same probes in one process, returns exactly what they return.
+A module's ``main()`` builds its AnsibleModule and hands the helper to :func:`run_probe_module`.
 
 Node side: Python 3.8+.
 """
@@ -33,3 +34,13 @@ def to_native_text(e):
         return str(e)
     except Exception:  # pylint: disable=broad-except
         return repr(e)
+
+
+def run_probe_module(module, run, *args, **kwargs):
+    """The rest of a probe module's ``main()``: exit ``module`` with ``run(*args, **kwargs)``'s
+    result, or fail it with a ProbeFailed's message and result keys."""
+    try:
+        result = run(*args, **kwargs)
+    except ProbeFailed as e:
+        module.fail_json(msg=e.msg, **e.result)
+    module.exit_json(**result)

@@ -20,11 +20,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import hashlib
 import re
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import safe_io
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 LIMIT = 1 << 20  # the packaged file is about 1.5 KiB
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -32,6 +34,11 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 REFUSE = ("refusing to edit %s: %s; nothing was written. A file root rewrites must be writable by root only, "
           "or another user chooses what root writes: fix its ownership and mode (chown root:root, chmod go-w)")
+
+
+NO_CONTENT = ("%s: settings are applied by the kubegpu.fleet.toolkit_config action plugin, which edits the file "
+              "on the controller (tomlkit) and passes the new content; this run reached the module without it "
+              "(the action plugin was bypassed), so nothing was changed")
 
 
 class ConfigFileError(Exception):
@@ -93,3 +100,26 @@ def write_config(path, content, expected_sha256, backup=True, check_mode=False, 
         return True, fileutil.write_file(path, new, backup=backup)
     except fileutil.FileOpError as e:
         raise ConfigFileError(str(e))
+
+
+def toolkit_config_run(params, check_mode=False):
+    """The body of kubegpu.fleet.toolkit_config: with ``read``, the file's bytes (base64) and
+    sha256; else write ``content`` where the file still has ``expected_sha256``. Returns the
+    module's result; raises ProbeFailed (with ``changed``/``path``) where the module fails."""
+    path = params["path"]
+    result = dict(changed=False, path=path)
+    try:
+        if params["read"]:
+            data, digest = read_config(path)
+            result.update(content_b64=base64.b64encode(data).decode("ascii"), sha256=digest)
+            return result
+        if params["content"] is None:
+            raise ProbeFailed(NO_CONTENT % path, **result)
+        changed, backup_file = write_config(path, params["content"], params["expected_sha256"],
+                                            backup=params["backup"], check_mode=check_mode)
+    except ConfigFileError as e:
+        raise ProbeFailed(str(e), **result)
+    result["changed"] = changed
+    if backup_file:
+        result["backup_file"] = backup_file
+    return result

@@ -88,3 +88,32 @@ def test_write_refuses_oversized_content(conf):
     with pytest.raises(cf.ConfigFileError) as e:
         cf.write_config(str(conf), "#" * (cf.LIMIT + 1), sha(TEXT))
     assert "refusing to write" in str(e.value) and conf.read_text() == TEXT
+
+
+def _params(path, **kw):
+    out = dict(path=str(path), read=False, content=None, expected_sha256=None, backup=True)
+    out.update(kw)
+    return out
+
+
+def test_module_body_reads_writes_and_fails_with_the_path(conf):
+    """toolkit_config_run is the module's body: read, write (check mode first), and each
+    failure a ProbeFailed carrying the module's result keys."""
+    from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+    import base64
+    got = cf.toolkit_config_run(_params(conf, read=True))
+    assert got == dict(changed=False, path=str(conf), sha256=sha(TEXT),
+                       content_b64=base64.b64encode(TEXT.encode()).decode("ascii"))
+    with pytest.raises(ProbeFailed) as no_content:
+        cf.toolkit_config_run(_params(conf))
+    assert no_content.value.msg == cf.NO_CONTENT % conf
+    assert no_content.value.result == dict(changed=False, path=str(conf))
+    planned = cf.toolkit_config_run(_params(conf, content=NEW, expected_sha256=sha(TEXT)), check_mode=True)
+    assert planned == dict(changed=True, path=str(conf)) and conf.read_text() == TEXT
+    done = cf.toolkit_config_run(_params(conf, content=NEW, expected_sha256=sha(TEXT)))
+    assert done["changed"] is True and conf.read_text() == NEW
+    assert open(done["backup_file"]).read() == TEXT
+    with pytest.raises(ProbeFailed) as stale:
+        cf.toolkit_config_run(_params(conf, content=TEXT, expected_sha256=sha(TEXT)))
+    assert "changed since it was read" in stale.value.msg and stale.value.result == dict(changed=False, path=str(conf))
+    assert conf.read_text() == NEW
