@@ -99,11 +99,26 @@ def _deb_cmp_part(a, b):
     return 0
 
 
+def _split_epoch(v):
+    """``(epoch, rest)`` of ``[EPOCH:]REST``; epoch 0 when absent or not a number."""
+    if ":" not in v:
+        return 0, v
+    e, rest = v.split(":", 1)
+    return (int(e) if is_ascii_digits(e) else 0), rest
+
+
+def _evr_cmp(a, b, split, cmp_part):
+    """-1, 0 or 1 comparing two ``(epoch, version, release)`` versions: the epoch as a number,
+    then version and release with ``cmp_part``; ``split`` takes a version string apart."""
+    ea, va, ra = split(a.strip())
+    eb, vb, rb = split(b.strip())
+    if ea != eb:
+        return -1 if ea < eb else 1
+    return cmp_part(va, vb) or cmp_part(ra, rb)
+
+
 def _deb_split(v):
-    epoch = 0
-    if ":" in v:
-        e, v = v.split(":", 1)
-        epoch = int(e) if is_ascii_digits(e) else 0
+    epoch, v = _split_epoch(v)
     if "-" in v:
         upstream, rev = v.rsplit("-", 1)
     else:
@@ -113,11 +128,7 @@ def _deb_split(v):
 
 def deb_version_cmp(a, b):
     """-1, 0 or 1 as Debian package version ``a`` sorts before, equal to or after ``b``."""
-    ea, ua, ra = _deb_split(a.strip())
-    eb, ub, rb = _deb_split(b.strip())
-    if ea != eb:
-        return -1 if ea < eb else 1
-    return _deb_cmp_part(ua, ub) or _deb_cmp_part(ra, rb)
+    return _evr_cmp(a, b, _deb_split, _deb_cmp_part)
 
 
 _RPM_SEG = re.compile(r"([0-9]+|[A-Za-z]+|~|\^)")
@@ -159,21 +170,14 @@ def _rpmvercmp(a, b):
 
 
 def _rpm_split(v):
-    epoch = 0
-    if ":" in v:
-        e, v = v.split(":", 1)
-        epoch = int(e) if is_ascii_digits(e) else 0
+    epoch, v = _split_epoch(v)
     version, _sep, release = v.partition("-")
     return epoch, version, release
 
 
 def rpm_version_cmp(a, b):
     """-1, 0 or 1 comparing ``[EPOCH:]VERSION-RELEASE`` strings like rpm does."""
-    ea, va, ra = _rpm_split(a.strip())
-    eb, vb, rb = _rpm_split(b.strip())
-    if ea != eb:
-        return -1 if ea < eb else 1
-    return _rpmvercmp(va, vb) or _rpmvercmp(ra, rb)
+    return _evr_cmp(a, b, _rpm_split, _rpmvercmp)
 
 
 def _max_version(versions, cmp):
@@ -375,15 +379,7 @@ def plan_apt(packages, target, available, allow_branch_change=False, allow_downg
         members.append({"name": cu, "arch": arch, "from": by_name.get((cu, arch)), "replaces": None,
                         "compute_utils": True, "fabric_manager": False})
 
-    unavailable = []
-    selected = []
-    for m in members:
-        cand = pick_candidate(available.get(m["name"]) or [], target, deb_version_cmp)
-        if cand is None:
-            unavailable.append(m["name"])
-            continue
-        m["to"] = cand
-        selected.append(m)
+    selected, unavailable = _select_candidates(members, available, target, deb_version_cmp)
     essential = [m["name"] for m in members
                  if m["name"] in unavailable and (m["compute_utils"]
                                                   or re.match(r"^(libnvidia-compute|nvidia-driver)-\d", m["name"]))]
@@ -397,6 +393,21 @@ def plan_apt(packages, target, available, allow_branch_change=False, allow_downg
     return _finish_plan("apt", selected, unavailable, other_branches, installed_version, source,
                         upstream, from_branch, to_branch, deb_version_cmp,
                         lambda m: _spec(m["name"], m["arch"], m["to"], native_arch))
+
+
+def _select_candidates(members, available, target, cmp):
+    """``(selected, unavailable)``: the members with a candidate at ``target`` (its version set as
+    ``m["to"]``) and the names of those without one."""
+    unavailable = []
+    selected = []
+    for m in members:
+        cand = pick_candidate(available.get(m["name"]) or [], target, cmp)
+        if cand is None:
+            unavailable.append(m["name"])
+            continue
+        m["to"] = cand
+        selected.append(m)
+    return selected, unavailable
 
 
 def _fabric_manager_available(members, unavailable, target, available):
@@ -600,15 +611,7 @@ def plan_dnf(packages, target, available, stream=None, locks=None, allow_branch_
     if compute_utils and not any(m["compute_utils"] for m in members):
         members.append({"name": RPM_COMPUTE_UTILS, "arch": "", "from": None, "replaces": None,
                         "compute_utils": True, "fabric_manager": False})
-    unavailable = []
-    selected = []
-    for m in members:
-        cand = pick_candidate(available.get(m["name"]) or [], target, rpm_version_cmp)
-        if cand is None:
-            unavailable.append(m["name"])
-            continue
-        m["to"] = cand
-        selected.append(m)
+    selected, unavailable = _select_candidates(members, available, target, rpm_version_cmp)
     essential = [n for n in unavailable if n in (RPM_COMPUTE_UTILS, "nvidia-driver")]
     if essential:
         raise PlanError("target %s is not available from the dnf repositories for %s; check the "

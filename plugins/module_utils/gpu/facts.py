@@ -70,16 +70,7 @@ def find_library(driver_root="/", environ=None):
 
     On the host root, LD_LIBRARY_PATH directories come first, as for the dynamic loader.
     """
-    environ = os.environ if environ is None else environ
-    dirs = []
-    if os.path.realpath(driver_root) == "/":
-        dirs.extend(d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d)
-    dirs.extend(_root_join(driver_root, d) for d in LIBRARY_DIRS)
-    for d in dirs:
-        path = os.path.join(d, LIBRARY_NAME)
-        if os.path.exists(path):
-            return path
-    return None
+    return _search(driver_root, environ, "LD_LIBRARY_PATH", LIBRARY_DIRS, LIBRARY_NAME, os.path.exists)
 
 
 def library_version(path):
@@ -96,14 +87,24 @@ def library_version(path):
 
 def find_nvidia_smi(driver_root="/", environ=None):
     """Path of an executable nvidia-smi under ``driver_root`` (PATH first on the host root)."""
+    return _search(driver_root, environ, "PATH", SMI_DIRS, "nvidia-smi", _is_executable)
+
+
+def _is_executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _search(driver_root, environ, env_var, dirs, name, usable):
+    """The first ``name`` that ``usable(path)`` accepts in ``environ[env_var]``'s directories
+    (on the host root only) and then in ``dirs`` under ``driver_root``; None when there is none."""
     environ = os.environ if environ is None else environ
-    dirs = []
+    found = []
     if os.path.realpath(driver_root) == "/":
-        dirs.extend(d for d in environ.get("PATH", "").split(":") if d)
-    dirs.extend(_root_join(driver_root, d) for d in SMI_DIRS)
-    for d in dirs:
-        path = os.path.join(d, "nvidia-smi")
-        if os.path.isfile(path) and os.access(path, os.X_OK):
+        found.extend(d for d in environ.get(env_var, "").split(":") if d)
+    found.extend(_root_join(driver_root, d) for d in dirs)
+    for d in found:
+        path = os.path.join(d, name)
+        if usable(path):
             return path
     return None
 

@@ -705,24 +705,16 @@ def read_kernel_log(timeout=10.0, limit=MAX_BYTES, journalctl="journalctl", kmsg
     """
     timeout = safe_io.check_timeout(timeout, "timeout", minimum=0.1, maximum=600)
     attempts = []
-    if journalctl:
-        got = _read_journal(journalctl, timeout, limit, max_lines)
+    for source, path, read, extra in (("journal", journalctl, _read_journal, (max_lines,)),
+                                      ("kmsg", kmsg, _read_kmsg, ()),
+                                      ("dmesg", dmesg, _read_dmesg, ())):
+        if not path:
+            continue
+        got = read(path, timeout, limit, *extra)
         if isinstance(got, dict):
             got["attempts"] = attempts
             return got
-        attempts.append({"source": "journal", "error": got})
-    if kmsg:
-        got = _read_kmsg(kmsg, timeout, limit)
-        if isinstance(got, dict):
-            got["attempts"] = attempts
-            return got
-        attempts.append({"source": "kmsg", "error": got})
-    if dmesg:
-        got = _read_dmesg(dmesg, timeout, limit)
-        if isinstance(got, dict):
-            got["attempts"] = attempts
-            return got
-        attempts.append({"source": "dmesg", "error": got})
+        attempts.append({"source": source, "error": got})
     return _log(None, None, attempts)
 
 

@@ -228,6 +228,23 @@ def _label(obj, kind, index):
     return "%s #%d" % (kind, index)
 
 
+def _problem_line(obj, kind, index, problems):
+    """``<kind> <namespace>/<name>: <problem>; <problem>`` for a ``malformed`` list."""
+    return "%s: %s" % (_label(obj, kind, index), "; ".join(problems))
+
+
+def _note_malformed(obj, kind, index, malformed):
+    """Add the shape problems of ``obj`` (item ``index`` of its list) to ``malformed``."""
+    problems = shape_problems(obj, kind)
+    if problems:
+        malformed.append(_problem_line(obj, kind, index, problems))
+
+
+def _template_spec(obj):
+    """``spec.template.spec`` of a Deployment or DaemonSet (the pod spec it runs)."""
+    return _d(_d(_d(obj).get("spec")).get("template")).get("spec")
+
+
 # ---------------------------------------------------------------------------------------------
 # NVIDIA stack components seen from the API: device plugin, MIG manager, GPU Operator
 
@@ -375,10 +392,8 @@ def gpu_operator_state(deployments, cluster_policies, crd_present, malformed):
     """
     operators = []
     for i, dep in enumerate(_l(deployments)):
-        problems = shape_problems(dep, "deployment")
-        if problems:
-            malformed.append("%s: %s" % (_label(dep, "deployment", i), "; ".join(problems)))
-        spec = _d(_d(_d(dep).get("spec")).get("template")).get("spec")
+        _note_malformed(dep, "deployment", i, malformed)
+        spec = _template_spec(dep)
         c = _container_with_image(spec, GPU_OPERATOR_IMAGE)
         if c is None:
             continue
@@ -387,9 +402,7 @@ def gpu_operator_state(deployments, cluster_policies, crd_present, malformed):
     operators.sort(key=lambda o: (o["namespace"] or "", o["name"] or ""))
     policies = []
     for i, cp in enumerate(_l(cluster_policies)):
-        problems = shape_problems(cp, "clusterpolicy")
-        if problems:
-            malformed.append("%s: %s" % (_label(cp, "clusterpolicy", i), "; ".join(problems)))
+        _note_malformed(cp, "clusterpolicy", i, malformed)
         if isinstance(cp, dict):
             policies.append(cluster_policy_summary(cp))
     policies.sort(key=lambda p: p["name"] or "")
@@ -491,10 +504,8 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
     ds_by_name = {}
     ds_summaries = []
     for i, ds in enumerate(_l(daemonsets)):
-        problems = shape_problems(ds, "daemonset")
-        if problems:
-            malformed.append("%s: %s" % (_label(ds, "daemonset", i), "; ".join(problems)))
-        spec = _d(_d(_d(ds).get("spec")).get("template")).get("spec")
+        _note_malformed(ds, "daemonset", i, malformed)
+        spec = _template_spec(ds)
         summary = device_plugin_summary(spec, image_pattern, owner=_s(_meta(ds, "name")))
         if summary is None:
             continue
@@ -516,8 +527,7 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
         problems = shape_problems(n, "node")
         name = _s(_meta(n, "name"))
         if not name:
-            malformed.append("%s: %s" % (_label(n, "node", i), "; ".join(
-                problems or ["metadata.name is missing"])))
+            malformed.append(_problem_line(n, "node", i, problems or ["metadata.name is missing"]))
             continue
         status = _d(n.get("status"))
         alloc = dict((k, v) for k, v in _d(status.get("allocatable")).items()
@@ -543,11 +553,11 @@ def cluster_view(nodes, pods, daemonsets=None, events=None, now=None,
         node = _d(_d(p).get("spec")).get("nodeName")
         if not isinstance(node, str) or node not in view:
             if problems:
-                malformed.append("%s: %s" % (_label(p, "pod", i), "; ".join(problems)))
+                malformed.append(_problem_line(p, "pod", i, problems))
             continue
         entry = view[node]
         if problems:
-            entry["malformed"].append("%s: %s" % (_label(p, "pod", i), "; ".join(problems)))
+            entry["malformed"].append(_problem_line(p, "pod", i, problems))
         phase = _s(_d(p.get("status")).get("phase"))
         uid = _s(_meta(p, "uid"))
         ns, pname = _s(_meta(p, "namespace")), _s(_meta(p, "name"))

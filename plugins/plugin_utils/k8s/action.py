@@ -2,7 +2,8 @@
 # Copyright: kubegpu.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What an action plugin of the ``kubegpu.fleet.k8s`` group needs around the client: the environment a
-kubernetes.core module of the same task would see, and secrets masked out of the result."""
+kubernetes.core module of the same task would see, a client closed after use, and secrets masked out
+of the result."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,7 @@ import os
 
 from ansible.module_utils.common.parameters import remove_values
 
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.client import secrets_of
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s.client import connect, secrets_of
 
 
 def task_environ(task, templar):
@@ -45,3 +46,18 @@ def masked(result, args):
             cleaned = remove_values(dict(result), values)
             result.clear()
             result.update(cleaned)
+
+
+@contextlib.contextmanager
+def connected(args, environ, secrets):
+    """A client connected with the task's options (``k8s.client.AUTH_ARG_SPEC``) for the body.
+
+    Afterwards the tokens it read from the environment or a kubeconfig join ``secrets`` (the list
+    :func:`masked` yields) and it is closed, which removes the kubeconfig's CA/key files: atexit
+    never runs in a worker."""
+    client = connect(args, environ=environ)
+    try:
+        yield client
+    finally:
+        secrets.extend(client.secrets)
+        client.close()

@@ -445,11 +445,10 @@ def operands_work(task, args):
     """kubegpu.fleet.gpu_operands: one ``state`` against the Node; secrets masked in the result."""
     result = {}
     with k8s_action.masked(result, args) as secrets:
-        api = None
         try:
             _checked(args)
-            api = node_api.NodeApi.connect(args, environ=task.environ())
-            result.update(STATES[args["state"]](task, api, args))
+            with k8s_action.connected(args, task.environ(), secrets) as client:
+                result.update(STATES[args["state"]](task, node_api.NodeApi(client), args))
         except runner.ActionFailed as exc:
             result.update(exc.result)
             result.update(failed=True, msg=str(exc))
@@ -458,10 +457,6 @@ def operands_work(task, args):
             if getattr(exc, "status", None) == 403:
                 msg += "; " + RBAC_HINT
             result.update(failed=True, msg=msg)
-        finally:
-            if api is not None:   # tokens the client read from the environment or a kubeconfig
-                secrets.extend(api.client.secrets)
-                api.client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
     return result
 
 

@@ -275,17 +275,12 @@ def maintenance_work(task, args):
     """kubegpu.fleet.node_maintenance: one ``state`` against the Node; secrets masked in the result."""
     result = {}
     with k8s_action.masked(result, args) as secrets:
-        api = None
         try:
             checked_options(args)
-            api = NodeApi.connect(args, environ=task.environ())
-            result.update(STATES[args["state"]](task, api, args))
+            with k8s_action.connected(args, task.environ(), secrets) as client:
+                result.update(STATES[args["state"]](task, NodeApi(client), args))
         except (UnsafeInput, NodeApiError, gpu_nodes.RolloutError) as exc:
             result.update(failed=True, msg=str(exc))
-        finally:
-            if api is not None:   # tokens the client read from the environment or a kubeconfig
-                secrets.extend(api.client.secrets)
-                api.client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
     return result
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.versions import SemVer
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import nested as _nested
 
 MODULE = "kubegpu.fleet.stack_facts"
 
@@ -78,19 +79,10 @@ def _typed(tk, key, types, what):
     return value
 
 
-def _get(d, *path):
-    cur = d
-    for p in path:
-        if not isinstance(cur, dict) or p not in cur:
-            return None
-        cur = cur[p]
-    return cur
-
-
 def selected_settings(doc):
     """The settings that matter for security and injection, from a parsed config."""
-    rt = _get(doc, "nvidia-container-runtime") or {}
-    features = _get(doc, "features") or {}
+    rt = _nested(doc, "nvidia-container-runtime") or {}
+    features = _nested(doc, "features") or {}
     runtimes = rt.get("runtimes") if isinstance(rt, dict) else None
     if not (isinstance(runtimes, list) and all(isinstance(r, str) for r in runtimes)):
         runtimes = None
@@ -105,8 +97,8 @@ def selected_settings(doc):
         "accept-nvidia-visible-devices-as-volume-mounts":
             doc.get("accept-nvidia-visible-devices-as-volume-mounts")
             if isinstance(doc.get("accept-nvidia-visible-devices-as-volume-mounts"), bool) else None,
-        "cuda-compat-mode": _get(doc, "nvidia-container-runtime", "modes", "legacy", "cuda-compat-mode"),
-        "cdi-spec-dirs": _get(doc, "nvidia-container-runtime", "modes", "cdi", "spec-dirs"),
+        "cuda-compat-mode": _nested(doc, "nvidia-container-runtime", "modes", "legacy", "cuda-compat-mode"),
+        "cdi-spec-dirs": _nested(doc, "nvidia-container-runtime", "modes", "cdi", "spec-dirs"),
     }
 
 
