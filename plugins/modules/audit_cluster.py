@@ -75,8 +75,8 @@ options:
     description:
       - Inventory hostnames (a host's C(kubegpu_node_name) names its Node, else its inventory name).
       - Read only these Nodes (one GET each), the pods bound to each (one list per node with a field
-        selector), the events of those still Pending and the DaemonSets, Deployments and ClusterPolicies
-        - the cluster pass of one slice of a sliced run, which needs only its own nodes.
+        selector), the events of those still Pending and the DaemonSets, Deployments and ClusterPolicies;
+        the cluster pass of one slice of a sliced run, which needs only its own nodes.
       - A name the cluster does not have is noted in C(cluster.notes).
       - An empty list reads only the DaemonSets, Deployments and ClusterPolicies - what the cluster-wide
         findings need.
@@ -85,7 +85,7 @@ options:
     elements: str
   cluster_findings:
     description:
-      - Evaluate the cluster-wide findings (RV(cluster_findings)). A slice of a sliced run sets it false:
+      - Evaluate the cluster-wide findings (RV(cluster_findings)). A slice of a sliced run sets it false;
         the report step evaluates them once per run.
     type: bool
     default: true

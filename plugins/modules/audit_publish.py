@@ -32,7 +32,7 @@ description:
     in RV(errors) for that node only.
   - O(store=directory) writes one JSON file per node, C(<path>/nodes/<node>.json), atomically
     through the collection's write primitive, under an exclusive lock on C(<path>/.lock).
-  - A stored record that fails the checks (size, schema, node, run id, digest) is not trusted: it
+  - A stored record that fails the checks (size, schema, node, run id, digest) is not trusted; it
     is replaced and named in RV(replaced).
   - Runs on the controller only; it never connects to a host.
 requirements:
@@ -70,7 +70,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Computes what would be written and reports RV(changed); writes nothing.
+    details: Computes what would be written and reports whether anything would change; writes nothing.
 """
 
 EXAMPLES = r"""

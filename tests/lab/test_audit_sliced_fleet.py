@@ -103,7 +103,7 @@ def read_mark(proc):
 
 
 def reads_since(proc, mark):
-    return [i for i in proc.client.reads(since=mark)]
+    return list(proc.client.reads(since=mark))
 
 
 def sliced_run(tmp_path, proc, inventory_base, label, workflow_id, first_job_id, count=3):

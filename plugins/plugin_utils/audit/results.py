@@ -124,15 +124,15 @@ def _check_finding(f, i):
     if not isinstance(f.get("id"), str) or not FINDING_ID.match(f["id"]):
         raise StoredResultError("finding %d has no valid id: %r" % (i, f.get("id")))
     if f.get("severity") not in SEVERITIES:
-        raise StoredResultError("finding %s has severity %r (not one of %s)" % (f["id"], f.get("severity"),
-                                                                              ", ".join(SEVERITIES)))
+        raise StoredResultError("finding %s has severity %r (not one of %s)"
+                                % (f["id"], f.get("severity"), ", ".join(SEVERITIES)))
     if not isinstance(f.get("title"), str) or not f["title"]:
         raise StoredResultError("finding %s has no title" % f["id"])
     for key, kind in (("evidence", dict), ("remediation", dict), ("references", list)):
         if key in f and f[key] is not None and not isinstance(f[key], kind):
             raise StoredResultError("finding %s has a %s that is not a %s" % (f["id"], key, kind.__name__))
-    return _stored(f["id"], f["severity"], f["title"][:500], f.get("evidence") or {}, f.get("remediation") or {},
-                   [str(r) for r in f.get("references") or []])
+    references = [str(r) for r in f.get("references") or []]
+    return _stored(f["id"], f["severity"], f["title"][:500], f.get("evidence") or {}, f.get("remediation") or {}, references)
 
 
 # What a record keeps of a finding the node's audit made (finding_types.finding created it there).
@@ -229,8 +229,8 @@ def check_record(doc, node=None):
     if doc.get("schema") != RECORD_SCHEMA:
         raise StoredResultError("schema %r, not %s" % (doc.get("schema"), RECORD_SCHEMA))
     if doc.get("schema_version") != RECORD_VERSION:
-        raise StoredResultError("schema_version %r, this collection reads %d" % (doc.get("schema_version"),
-                                                                               RECORD_VERSION))
+        raise StoredResultError("schema_version %r, this collection reads %d"
+                                % (doc.get("schema_version"), RECORD_VERSION))
     name = check_node_name(doc.get("node"))
     if node is not None and name != node:
         raise StoredResultError("the record is about node %r, found on %r" % (name, node))
@@ -346,11 +346,10 @@ def parse_node_annotations(node_name, annotations):
         findings = _unpack_findings((annotations or {}).get(FINDINGS_ANNOTATION))
     else:
         findings = []
-        for fid, (severity, _seen, evidence) in sorted(ids.items()):
+        for fid, (severity, _seen, ev_digest) in sorted(ids.items()):
             row = TYPES.get(fid)
-            findings.append(_stored(fid, severity, row.title if row else fid,
-                                    {"digest": evidence, "note": "the full findings were too large for the Node annotation"},
-                                    {}, []))
+            evidence = {"digest": ev_digest, "note": "the full findings were too large for the Node annotation"}
+            findings.append(_stored(fid, severity, row.title if row else fid, evidence, {}, []))
     doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": s.get("node"),
            "run": {"id": s.get("run"), "time": s.get("time")}, "status": s.get("status"), "error": s.get("error"),
            "findings": findings, "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),

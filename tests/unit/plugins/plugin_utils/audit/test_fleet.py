@@ -74,7 +74,7 @@ def test_directory_store_publishes_reads_and_rejects(tmp_path):
     (tmp_path / "results" / "nodes" / "gpu-b.json").write_text('{"schema": "kubegpu.fleet/audit-node-result"')
     (tmp_path / "results" / "nodes" / "notes.txt").write_text("hello")
     (tmp_path / "results" / "nodes" / "gpu-c.json").write_bytes(b"x" * (results.RECORD_MAX + 10))
-    records, rejected, _ = where.read()
+    records, rejected, _nodes = where.read()
     assert sorted(records) == ["gpu-a"]
     assert "not valid JSON" in rejected["gpu-b"] and "not a node result file" in rejected["notes.txt"]
     assert "more than" in rejected["gpu-c"]
@@ -83,7 +83,7 @@ def test_directory_store_publishes_reads_and_rejects(tmp_path):
     assert out["gpu-b"]["changed"] and "gpu-b" in replaced
     assert "not valid JSON" in where.read()[1]["gpu-b"]
     where.publish([entry("gpu-a", CRIT), entry("gpu-b", WARN)], "run-2", T2)
-    records, rejected, _ = where.read()
+    records, rejected, _nodes = where.read()
     assert records["gpu-a"]["first_seen"] == {"driver.known_bad": T1} and records["gpu-b"]["previous"] is None
     assert json.loads((tmp_path / "results" / "nodes" / "gpu-a.json").read_text())["run"]["id"] == "run-2"
 

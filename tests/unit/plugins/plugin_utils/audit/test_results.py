@@ -26,8 +26,8 @@ def test_first_seen_is_kept_while_a_finding_persists_and_restarts_after_it_was_r
     assert r1["previous"] is None
     r2 = results.make_record(entry(CRIT, UVM), "run-2", T2, previous=results.check_record(r1))
     assert r2["first_seen"] == {"driver.known_bad": T1, "uvm.node_missing": T2}
-    assert r2["previous"]["run"] == "run-1" and r2["previous"]["findings"] == ["driver.known_bad",
-                                                                              "kubelet.memory_reservation"]
+    assert r2["previous"]["run"] == "run-1"
+    assert r2["previous"]["findings"] == ["driver.known_bad", "kubelet.memory_reservation"]
     r3 = results.make_record(entry(CRIT, WARN), "run-3", T3, previous=results.check_record(r2))
     assert r3["first_seen"]["kubelet.memory_reservation"] == T3   # gone in run 2: seen anew
     assert r3["first_seen"]["driver.known_bad"] == T1
