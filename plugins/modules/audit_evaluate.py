@@ -67,29 +67,6 @@ options:
     description: Probe name to error message for probes that could not run.
     type: dict
     default: {}
-  pending_threshold:
-    description: Seconds a pod bound to the node may stay Pending without kubelet events before
-      the node counts as no longer admitting pods. Must not be negative.
-    type: int
-    default: 300
-  memory_min_fraction:
-    description: Fraction of the GKE-ladder recommendation below which the kubelet memory
-      reservation is reported as too small. A finite number, not negative.
-    type: float
-    default: 0.8
-  expected_gpus:
-    description:
-      - GPUs the inventory says this node has (the audit role passes C(kubegpu_expected_gpus),
-        typically set per inventory group). Fewer on the PCI bus and in the driver's list raise
-        C(gpu.missing). Unset - not checked.
-      - The node's advertised C(nvidia.com/gpu) (allocatable, from O(api)) is always compared
-        with the driver's full GPUs (GPUs in MIG mode excluded).
-    type: int
-  skip:
-    description: Finding ids not to report (the ids of the README's finding table; an unknown id fails the task).
-    type: list
-    elements: str
-    default: []
   unreachable:
     description:
       - Non-empty when the node probes could not reach the node (the message of the
@@ -99,6 +76,7 @@ options:
     default: ""
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.audit_evaluation
   - kubegpu.fleet.controller_action
 """
 

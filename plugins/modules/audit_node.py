@@ -118,35 +118,13 @@ options:
         device plugin and the NVIDIA components running there.
     type: dict
     default: {}
-  pending_threshold:
-    description: Seconds a pod bound to the node may stay Pending without kubelet events before
-      the node counts as no longer admitting pods. Must not be negative.
-    type: int
-    default: 300
-  memory_min_fraction:
-    description: Fraction of the GKE-ladder recommendation below which the kubelet memory
-      reservation is reported as too small. A finite number, not negative.
-    type: float
-    default: 0.8
-  skip:
-    description: Finding ids not to report (the ids of the README's finding table; an unknown id fails the task).
-    type: list
-    elements: str
-    default: []
-  expected_gpus:
-    description:
-      - GPUs the inventory says this node has (the audit role passes C(kubegpu_expected_gpus),
-        typically set per inventory group). Fewer on the PCI bus and in the driver's list raise
-        C(gpu.missing). Unset - not checked.
-      - The node's advertised C(nvidia.com/gpu) (allocatable, from O(api)) is always compared
-        with the driver's full GPUs (GPUs in MIG mode excluded).
-    type: int
   _catalog:
     description:
       - Internal. Set by the action plugin to the bundled catalog; do not set it.
     type: raw
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kubegpu.fleet.audit_evaluation
   - kubegpu.fleet.gpu_hardware_scan
   - kubegpu.fleet.action_group.node
 attributes:
@@ -284,18 +262,14 @@ unreachable_node:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.node_run import audit_node_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import audit_argument_spec
 
 
 def main():
     module = AnsibleModule(argument_spec=audit_argument_spec(), supports_check_mode=True)
-    try:
-        result = audit_node_run(module.params, module)
-    except ProbeFailed as e:
-        module.fail_json(msg=e.msg, **e.result)
-    module.exit_json(**result)
+    run_probe_module(module, audit_node_run, module.params, module)
 
 
 if __name__ == "__main__":

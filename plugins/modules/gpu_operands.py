@@ -37,13 +37,7 @@ description:
     M(kubegpu.fleet.gpu_reset) refuse, and the rollout reboots the node instead).
   - The connection options and their C(K8S_AUTH_*) environment variables are those of
     C(kubernetes.core), resolved the same way (action group C(kubegpu.fleet.k8s)).
-requirements:
-  - kubernetes >= 25.3.0 (Python, on the controller)
 options:
-  name:
-    description: Name of the Node.
-    type: str
-    required: true
   state:
     description: What to do (see the description).
     type: str
@@ -74,6 +68,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.k8s_auth
+  - kubegpu.fleet.node_api
   - kubegpu.fleet.action_group.k8s
 attributes:
   check_mode:

@@ -34,13 +34,7 @@ description:
     C(group/kubernetes.core.k8s) and C(group/kubegpu.fleet.k8s) gives this module and the
     C(kubernetes.core) tasks of a play the same identity - an AWX job's Kubernetes bearer token
     credential included.
-requirements:
-  - kubernetes >= 25.3.0 (Python, on the controller)
 options:
-  name:
-    description: Name of the Node.
-    type: str
-    required: true
   state:
     description: What to do (see the description).
     type: str
@@ -95,6 +89,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.k8s_auth
+  - kubegpu.fleet.node_api
   - kubegpu.fleet.action_group.k8s
 attributes:
   check_mode:

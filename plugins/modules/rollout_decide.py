@@ -43,22 +43,6 @@ options:
     type: str
     required: true
     choices: [start, drain, validation, uncordon, failure]
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
-  node:
-    description: The Node object as the API returns it (C(start), C(uncordon)); V({}) when it does not exist.
-    type: dict
-    default: {}
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
-  annotation:
-    description: Annotation that records the state before maintenance on the Node.
-    type: str
-    default: kubegpu.io/maintenance
   skip_label:
     description: Nodes with this label (C(key=value), or C(key) with any value) are left alone (C(start)).
     type: str
@@ -150,6 +134,8 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
+  - kubegpu.fleet.rollout_decision.node_record
 """
 
 EXAMPLES = r"""

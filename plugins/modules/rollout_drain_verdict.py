@@ -17,10 +17,6 @@ description:
     hold the drain, and marks the maintenance record drained when it passes.
   - Runs on the controller only; never connects to the node or the API.
 options:
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
   pods:
     description: The pods still bound to the node.
     type: list
@@ -44,10 +40,6 @@ options:
     description: The PodDisruptionBudgets of the cluster, to name those that hold the drain.
     type: list
     elements: dict
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
   drain_timeout:
     description: The drain timeout in seconds (named in the message).
     type: float
@@ -59,6 +51,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
 """
 
 EXAMPLES = r"""

@@ -17,14 +17,6 @@ description:
     fails with that message unless O(fail=false).
   - Runs on the controller only; never connects to the node or the API.
 options:
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
   reason:
     description: Why the maintenance failed.
     type: str
@@ -53,6 +45,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
 """
 
 EXAMPLES = r"""

@@ -18,22 +18,6 @@ description:
     else from the Node) and the annotation the cordon patch writes (RV(decision.annotations)).
   - Runs on the controller only; never connects to the node or the API.
 options:
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
-  node:
-    description: The Node object as the API returns it (M(kubegpu.fleet.node_maintenance) C(state=info)); V({}) when it does not exist.
-    type: dict
-    default: {}
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
-  annotation:
-    description: Annotation that records the state before maintenance on the Node.
-    type: str
-    default: kubegpu.io/maintenance
   skip_label:
     description: Nodes with this label (C(key=value), or C(key) with any value) are left alone.
     type: str
@@ -49,6 +33,8 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
+  - kubegpu.fleet.rollout_decision.node_record
 """
 
 EXAMPLES = r"""

@@ -16,28 +16,12 @@ description:
     fact O(maintenance), else by the maintenance annotation on O(node); without either record it
     stays cordoned. Closes the maintenance record.
   - Never fails; runs on the controller only and never connects to the node or the API.
-options:
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
-  node:
-    description:
-      - The Node object as the API returns it; its maintenance annotation tells the node's state before
-        maintenance when O(maintenance) does not.
-    type: dict
-    default: {}
-  annotation:
-    description: Annotation that records the state before maintenance on the Node.
-    type: str
-    default: kubegpu.io/maintenance
+options: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
+  - kubegpu.fleet.rollout_decision.node_record
 """
 
 EXAMPLES = r"""

@@ -20,10 +20,6 @@ description:
   - O(validate=false) and check mode return a skipped verdict.
   - Runs on the controller only; never connects to the node or the API.
 options:
-  name:
-    description: The Kubernetes node name.
-    type: str
-    required: true
   checks:
     description: M(kubegpu.fleet.rollout_node_check)'s result.
     type: dict
@@ -49,10 +45,6 @@ options:
     type: list
     elements: str
     default: []
-  maintenance:
-    description: The host fact C(kubegpu_maintenance).
-    type: dict
-    default: {}
   validate_timeout:
     description: The validation timeout in seconds (named in the message).
     type: float
@@ -64,16 +56,6 @@ options:
         C(kubegpu_rolling_reboot_uncordon).
     type: bool
     default: false
-  node:
-    description:
-      - The Node object as the API returns it; its maintenance annotation tells the node's state before
-        maintenance when O(maintenance) does not.
-    type: dict
-    default: {}
-  annotation:
-    description: Annotation that records the state before maintenance on the Node.
-    type: str
-    default: kubegpu.io/maintenance
   fail:
     description: Fail the task when the node did not validate; V(false) returns the decision with the task ok.
     type: bool
@@ -81,6 +63,8 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kubegpu.fleet.controller_action
+  - kubegpu.fleet.rollout_decision
+  - kubegpu.fleet.rollout_decision.node_record
 """
 
 EXAMPLES = r"""
