@@ -133,3 +133,7 @@ def write(directory, doc):
 
 def clone(doc):
     return copy.deepcopy(doc)
+
+
+def json_bytes(doc):
+    return json.dumps(doc).encode("utf-8")

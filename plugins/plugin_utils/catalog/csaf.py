@@ -248,6 +248,10 @@ def read_document(path):
     return parse_json(b"".join(chunks))
 
 
+class UnknownProduct(CsafError):
+    """A product in neither ROWS nor NOT_IMPORTED (``classify``)."""
+
+
 class DeadlineExceeded(Exception):
     """A document took longer than its wall-clock budget."""
 
@@ -338,7 +342,7 @@ def classify(row):
     for prod_re, reason in NOT_IMPORTED:
         if prod_re.match(product):
             return None, reason
-    raise CsafError("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
+    raise UnknownProduct("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
                     "leaves out; add it to ROWS or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
                     % (catalog_validate.short(product), catalog_validate.short(arch)))
 
@@ -364,6 +368,18 @@ def _classify_guest(row, product, arch):
                                catalog_validate.short(row.get("version_text"))))
         branch = first.group(1)
     return "driver", GUEST_KEY + branch
+
+
+UNKNOWN_PRODUCT_REASON = "a product that is not a component of a Kubernetes GPU node the catalog knows"
+
+
+def _classify(row, unknown_products):
+    try:
+        return classify(row)
+    except UnknownProduct:
+        if unknown_products != "skip":
+            raise
+        return None, UNKNOWN_PRODUCT_REASON
 
 
 def parse_row_version(text, status):
@@ -467,7 +483,7 @@ def source_urls(doc, path=None):
     return urls
 
 
-def import_advisory(doc, path=None, verified=None):
+def import_advisory(doc, path=None, verified=None, unknown_products="error"):
     """Turn one CSAF document into catalog v2 entries.
 
     Returns {"advisory": {...}, "entries": {component: [entry, ...]}, "skipped": [{"product_id",
@@ -522,7 +538,7 @@ def import_advisory(doc, path=None, verified=None):
                 if row is None:
                     raise CsafError("%s: product_status.%s names %s, which the product_tree lacks"
                                     % (cve, status, catalog_validate.short(pid)))
-                component, branch = classify(row)
+                component, branch = _classify(row, unknown_products)
                 if component is None:
                     skipped.setdefault(pid, {"product_id": pid, "product": row.get("product"),
                                              "arch": row.get("arch"), "version_text": row.get("version_text"),
@@ -535,7 +551,7 @@ def import_advisory(doc, path=None, verified=None):
                 entries.setdefault(component, []).append(entry)
     for pid in sorted(set(rows) - named):
         row = rows[pid]
-        classify(row)  # an unknown product is an error even where no vulnerability names it
+        _classify(row, unknown_products)  # an unknown product is an error even where no vulnerability names it
         skipped[pid] = {"product_id": pid, "product": row.get("product"), "arch": row.get("arch"),
                         "version_text": row.get("version_text"),
                         "reason": "no vulnerability's product_status names this row"}
@@ -802,6 +818,30 @@ def dump_entries(entries):
                for e in entries]
     return yaml.dump(ordered, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100,
                      allow_unicode=True)
+
+
+def dump_documents(docs, header=""):
+    """YAML text of catalog v2 documents (a list; versions double-quoted), ``header`` (comment
+    lines) first: the refresh job's overlay."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def increase_indent(self, flow=False, indentless=False):
+            return super(Dumper, self).increase_indent(flow, False)
+
+    def quoted(dumper, data):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style='"')
+
+    Dumper.add_representer(_Quoted, quoted)
+    Dumper.ignore_aliases = lambda self, data: True
+    ordered = []
+    for doc in docs:
+        doc = dict(doc)
+        doc["entries"] = [dict(sorted(e.items(), key=lambda kv: KEY_ORDER.index(kv[0]) if kv[0] in KEY_ORDER else 99))
+                          for e in doc["entries"]]
+        ordered.append(doc)
+    body = yaml.dump(ordered, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+    return "---\n" + "".join("# %s\n" % line if line else "#\n" for line in header.splitlines()) + body
 
 
 # --------------------------------------------------------------------------- several documents, merge
