@@ -27,8 +27,8 @@ real files without touching the process.
 The loader writes a kubeconfig's inline data (``certificate-authority-data``,
 ``client-certificate-data``, ``client-key-data``, an exec plugin's client certificate) into temp
 files and removes them only from an ``atexit`` handler. An action plugin runs in Ansible's forked
-WorkerProcess, which ends with ``os._exit``: atexit never runs there, so every task used to leave the
-CA and the client key in the controller's temp dir. ``connect`` therefore gives each connection a
+WorkerProcess, which ends with ``os._exit``: atexit never runs there, so left to the loader every task
+would leave the CA and the client key in the controller's temp dir. ``connect`` therefore gives each connection a
 private 0700 directory for them (the loader's public ``temp_file_path``) and ``Client.close()`` (or
 leaving ``with connect(...) as client:``) removes it; not earlier, because urllib3 reads the CA and
 the client certificate each time it opens a connection. A path the user gave (``ca_cert``,
