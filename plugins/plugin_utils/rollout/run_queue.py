@@ -108,10 +108,13 @@ def _private_dir(path):
 
 class Ledger(object):
     """The run's ledger: ``{node: state}`` in one JSON file, read and written under an exclusive
-    lock (every host of the run is a process of its own)."""
+    lock (every host of the run is a process of its own). ``owner``: the run's process (pid,
+    start time), written with the states so that a later run can remove the ledger of a run that
+    died before its batch was through (:func:`prune`)."""
 
-    def __init__(self, path):
+    def __init__(self, path, owner=None):
         self.path = path
+        self.owner = list(owner) if owner else None
 
     def _locked(self):
         _private_dir(self.path)
@@ -166,10 +169,50 @@ class Ledger(object):
                     if exc.errno != errno.ENOENT:
                         raise
                 return states
-            data = json.dumps({"states": states}, sort_keys=True).encode("utf-8")
+            data = json.dumps({"states": states, "owner": self.owner}, sort_keys=True).encode("utf-8")
             os.lseek(fd, 0, os.SEEK_SET)
             os.ftruncate(fd, 0)
             os.write(fd, data)
             return states
         finally:
             os.close(fd)
+
+
+def prune(directory, alive, keep=None):
+    """Remove the ledgers in ``directory`` whose run's process is gone (``alive(pid, start)``
+    false); a ledger in use (locked), without an owner, or not this user's regular file is left
+    alone. Returns the paths removed."""
+    removed = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(directory, name)
+        if not (name.startswith("queue-") and name.endswith(".json")) or path == keep:
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue          # a host of that run is reading or writing it: the run lives
+            try:
+                doc = json.loads(os.read(fd, MAX_LEDGER_BYTES + 1).decode("utf-8"))
+            except ValueError:
+                continue
+            owner = doc.get("owner") if isinstance(doc, dict) else None
+            if not (isinstance(owner, list) and len(owner) == 2 and isinstance(owner[0], int)):
+                continue
+            if not alive(owner[0], owner[1]):
+                os.unlink(path)
+                removed.append(path)
+        finally:
+            os.close(fd)
+    return removed

@@ -212,6 +212,7 @@ def acquire(api, *, pool, node, holder, run, max_unavailable, duration, max_para
         order = None
     if order is not None:
         order.ledger.mark(node, run_queue.WAITING, order.queue)
+        run_queue.prune(os.path.dirname(order.ledger.path), alive, keep=order.ledger.path)
     outcome = run_queue.STOPPED
     try:
         out = wait_and_take(api, pool=pool, node=node, holder=holder, run=run, max_unavailable=max_unavailable,
@@ -634,8 +635,8 @@ def _acquire(task, result, args, api, run, holder, watch, environ):
                       "ca_cert": args["prometheus_ca_cert"]}
     order = None
     if args["queue"] and args["name"] in args["queue"]:
-        order = Order(args["queue"], run_queue.Ledger(run_queue.ledger_path(holder, args["namespace"], args["pool"])),
-                      args["skip_label"])
+        ledger = run_queue.Ledger(run_queue.ledger_path(holder, args["namespace"], args["pool"]), owner=watch)
+        order = Order(args["queue"], ledger, args["skip_label"])
     out = acquire(
         api, pool=args["pool"], node=args["name"], holder=holder, run=run, max_unavailable=args["max_unavailable"],
         duration=args["lease_duration"], max_parallel=args["max_parallel"], skew=args["clock_skew"],

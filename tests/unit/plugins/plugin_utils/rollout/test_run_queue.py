@@ -286,3 +286,25 @@ def test_a_node_before_that_never_arrives_is_waited_for_a_bounded_time_only(ledg
     assert out["acquired"] and rollout_slot.ARRIVAL_GRACE <= clock.t < rollout_slot.ARRIVAL_GRACE + 10
     assert "n0, before n1 in the plan, did not reach the slot wait within 120 s" in " ".join(out["notes"])
     assert ledger.states()["n1"] == rq.GRANTED
+
+
+def test_ledgers_of_runs_that_died_are_pruned_and_live_or_busy_ones_kept(tmp_path):
+    where = tmp_path / "private"
+    where.mkdir(mode=0o700)
+    dead = rq.Ledger(str(where / "queue-dead.json"), owner=(101, 7))
+    live = rq.Ledger(str(where / "queue-live.json"), owner=(202, 7))
+    mine = rq.Ledger(str(where / "queue-mine.json"), owner=(101, 7))
+    busy = rq.Ledger(str(where / "queue-busy.json"), owner=(101, 7))
+    for ledger in (dead, live, mine, busy):
+        ledger.mark("n1", rq.WAITING, PLAN)
+    (where / "queue-ownerless.json").write_text('{"states": {}}')
+    (where / "other.lock").write_text("")
+    fd = busy._locked()          # a host of that run holds it right now
+    try:
+        removed = rq.prune(str(where), lambda pid, start: pid == 202, keep=mine.path)
+    finally:
+        os.close(fd)
+    assert removed == [dead.path]
+    assert sorted(os.listdir(str(where))) == ["other.lock", "queue-busy.json", "queue-live.json", "queue-mine.json",
+                                              "queue-ownerless.json"]
+    assert rq.prune(str(where / "missing"), lambda pid, start: False) == []
