@@ -135,7 +135,7 @@ def markdown_problems(text, report):
         out.append("forbidden elements %s" % sorted(kinds & MD_FORBIDDEN))
     s = report["summary"]
     cluster = report["cluster"]["findings"]
-    models = [m for m in s.get("by_gpu_model") or []]
+    models = list(s.get("by_gpu_model") or [])
     models = models if any(m["model"] is not None for m in models) else []
     groups = (s.get("by_group") or {}).get("groups") or []
     coverage = sum(((s.get("coverage") or {}).get("status") or {}).values())
@@ -311,7 +311,7 @@ def html_problems(page, report, linkable):
         out.append("title %r" % parser.title[:80])
     from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import view  # the bounds only
     listed = listed_nodes(report)
-    headings = [h for h in parser.h3]
+    headings = list(parser.h3)
     for node in listed[:view.NODES_MAX]:
         if not any(h.startswith("%s (%s" % (html_display(node["name"]), node["status"])) for h in headings):
             out.append("no heading for %s" % ascii(node["name"][:80]))

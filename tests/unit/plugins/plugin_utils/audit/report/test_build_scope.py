@@ -34,12 +34,12 @@ OWN = {"gpu-0": ["driver.known_bad", "nvml.hung", "kubelet.admission_blocked", "
 
 def component_finding(component, version, severity):
     """security.<component> as the catalog rule makes it for a component the node's API view names."""
-    return finding("security.%s" % component, {
-        "component": component, "version": version, "cves": ["CVE-2025-23359"], "max_cvss": 8.3,
-        "advisories": [{"id": "%s-5659" % component, "cves": ["CVE-2025-23359"], "max_cvss": 8.3,
-                        "severity": "high", "status": "affected", "fixed": "99.0.0",
-                        "sources": ["https://nvidia.custhelp.com/app/answers/detail/a_id/5659"]}]},
-        remediation={"summary": "upgrade the %s %s" % (component, version)}, severity=severity)
+    evidence = {"component": component, "version": version, "cves": ["CVE-2025-23359"], "max_cvss": 8.3,
+                "advisories": [{"id": "%s-5659" % component, "cves": ["CVE-2025-23359"], "max_cvss": 8.3,
+                                "severity": "high", "status": "affected", "fixed": "99.0.0",
+                                "sources": ["https://nvidia.custhelp.com/app/answers/detail/a_id/5659"]}]}
+    return finding("security.%s" % component, evidence,
+                   remediation={"summary": "upgrade the %s %s" % (component, version)}, severity=severity)
 
 
 def demo_nodes(versions=None):
@@ -86,8 +86,8 @@ def test_46_node_findings_become_28_with_the_cluster_components_once_each():
         1 for fids in OWN.values() for fid in fids if TYPES[fid].severity == "critical")
     # fail_on applies once to a finding of the cluster: one failing entry that names the nodes
     failing = [f for f in build.failing_findings(rep, "warning") if f["node"] is None]
-    assert [(f["id"], f["nodes"]) for f in failing] == [("security.gpu-operator", NODES),
-                                                         ("security.device-plugin", NODES)]
+    want = [("security.gpu-operator", NODES), ("security.device-plugin", NODES)]
+    assert [(f["id"], f["nodes"]) for f in failing] == want
     # the CVE table still counts the nodes the components affect
     (cve,) = [c for c in rep["cves"] if c["id"] == "CVE-2025-23359"]
     assert cve["components"] == ["device-plugin", "gpu-operator", "mig-manager"] and cve["node_names"] == NODES

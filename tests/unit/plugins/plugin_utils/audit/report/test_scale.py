@@ -52,8 +52,8 @@ def node_findings(i):
         out.append(finding("kubelet.memory_reservation", {"reserved_bytes": 0, "wanted_bytes": 8 << 30,
                                                           "memory_bytes": 1 << 40}))
     if i % 11 == 0:
-        out.append(finding("gpu.xid", {"action": "reset_gpu", "gpus": [{"bus_id": "0000:%02x:00.0" % g, "total": 3}
-                                                                        for g in range(8)]}, severity="critical"))
+        gpus = [{"bus_id": "0000:%02x:00.0" % g, "total": 3} for g in range(8)]
+        out.append(finding("gpu.xid", {"action": "reset_gpu", "gpus": gpus}, severity="critical"))
     if i % 997 == 0:
         out = [finding("audit.not_inspected", {"status": "not_gpu_node"})]
     return out
