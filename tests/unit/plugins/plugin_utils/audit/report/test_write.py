@@ -63,3 +63,17 @@ def test_a_directory_others_can_write_is_refused_and_nothing_is_written(tmp_path
     with pytest.raises(fileutil.FileOpError, match="writable by group and others"):
         write.write_report(_report(), str(shared), ["json", "html"])
     assert os.listdir(str(shared)) == []
+
+
+def test_failing_names_a_node_or_the_cluster_with_its_nodes():
+    """The task's ``failing`` (the role's fail message reads ``where``): a finding of the cluster is one
+    entry with the nodes it affects."""
+    operator = {"id": "security.gpu-operator", "severity": "critical", "title": "GPU Operator advisories",
+                "evidence": {"component": "gpu-operator", "version": "24.6.1"}}
+    nodes = [{"name": "gpu-%d" % i, "status": "audited", "findings": [operator, FINDING]} for i in range(3)]
+    report = build.build_report(nodes, generated_at="2026-11-22T05:00:00Z")
+    failing = [write.failing_entry(f) for f in build.failing_findings(report, "critical")]
+    assert [f for f in failing if f["node"] is None] == [
+        {"node": None, "id": "security.gpu-operator", "severity": "critical", "nodes": ["gpu-0", "gpu-1", "gpu-2"],
+         "where": "cluster (3 nodes)"}]
+    assert {f["where"] for f in failing if f["node"] is not None} <= {"gpu-0", "gpu-1", "gpu-2"}
