@@ -56,7 +56,8 @@ options:
     type: str
   known_nodes:
     description:
-      - Node names the inventory knows; those without a result of the run are listed as C(not_audited).
+      - Inventory hostnames (a host's C(kubegpu_node_name) names its Node) or node names the inventory
+        knows; those without a result of the run are listed as C(not_audited).
     type: list
     elements: str
     default: []

@@ -123,7 +123,8 @@ def _work(task, args, secrets):
     if args["store"]:
         run_id = args["run_id"] or None
         with publish.open_store(task, args, secrets) as where:
-            nodes, run_records, rejected, run_id = publish.read_fleet(where, run_id, args["known_nodes"])
+            known = fleet.node_names(args["known_nodes"], task.task_vars.get("hostvars", {}))
+            nodes, run_records, rejected, run_id = publish.read_fleet(where, run_id, known)
         fleet_run = (run_records, run_id, rejected)
         args["run"] = dict(args["run"], id=run_id, store=args["store"])
     else:

@@ -122,3 +122,9 @@ def test_a_fleet_report_with_changes_matches_the_schema():
     bad["nodes"][0]["findings"][0]["change"] = "gone"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_inventory_hosts_are_known_by_their_node_names():
+    hostvars = {"node-1.example": {"kubegpu_node_name": "gpu-a"}, "gpu-b": {}, "gpu-c": {"kubegpu_node_name": ""}}
+    assert fleet.node_names(["node-1.example", "gpu-b", "gpu-c", "not-in-inventory"], hostvars) == [
+        "gpu-a", "gpu-b", "gpu-c", "not-in-inventory"]
