@@ -166,6 +166,7 @@ def render_html(report):
         if more:
             parts.append(Markup('<li class="more">%d more nodes: see the JSON report</li>') % more)
         parts.append(Markup("</ul></section>"))
+    parts += _html_changes(report.get("changes"), detailed)
     parts += _html_cluster(report, detailed)
     parts += _html_cves(report.get("cves") or [], detailed)
     parts += _html_matrix(report, nodes_shown, nodes_more)
@@ -183,6 +184,42 @@ def render_html(report):
     parts.append(_html_script())
     parts.append(Markup("</body></html>"))
     return str(Markup("\n").join(parts) + Markup("\n"))
+
+
+def _html_changes(changes, detailed):
+    """What changed since each node's previous result (a report built from published results)."""
+    if not isinstance(changes, dict):
+        return []
+    c = changes["counts"]
+    parts = [Markup('<section id="changes"><h2>Since the previous run</h2><p>Run %s: %d new, %d resolved, %d '
+                    'persisting findings; %d nodes without a previous result.</p>')
+             % (changes["run"], c["new"], c["resolved"], c["persisting"], len(changes["no_previous"]))]
+    for key, title in (("new", "New"), ("resolved", "Resolved"), ("persisting", "Persisting, longest known first")):
+        entries = changes[key]
+        if key == "persisting":
+            entries = sorted(entries, key=lambda e: (e["first_seen"] or "", e["node"], e["id"]))
+        if not entries:
+            continue
+        shown, more = view.bounded(entries, view.ROWS_MAX)
+        parts.append(Markup('<details class="fd" id="changes-%s"%s><summary>%s (%d)</summary><ul>')
+                     % (key, Markup(" open") if key != "persisting" else Markup(""), title, len(entries)))
+        for e in shown:
+            parts.append(Markup('<li class="fi" data-node="%s">%s <code>%s</code>, first seen %s</li>')
+                         % (e["node"], _node_ref(e["node"], detailed), e["id"], e.get("first_seen") or "unknown"))
+        if more:
+            parts.append(Markup('<li class="more">%d more: see the JSON report</li>') % more)
+        parts.append(Markup("</ul></details>"))
+    if changes["rejected"]:
+        shown, more = view.bounded(changes["rejected"], view.ROWS_MAX)
+        parts.append(Markup('<details class="fd" id="changes-rejected" open><summary>Stored results not trusted (%d)'
+                            '</summary><ul>') % len(changes["rejected"]))
+        for e in shown:
+            parts.append(Markup("<li>%s: %s</li>") % (e["entry"], view.short(e["reason"])))
+        if more:
+            parts.append(Markup('<li class="more">%d more: see the JSON report</li>') % more)
+        parts.append(Markup("</ul></details>"))
+    parts.append(Markup("</section>"))
+    return parts
 
 
 def _html_by_id(s, detailed):

@@ -95,7 +95,8 @@ def render_markdown(report):
     ]
     lines += _markdown_catalog(report.get("catalog"))
     for label, key in (("Unreachable", "unreachable"), ("Audit failed on", "failed"),
-                       ("Not a GPU node", "not_gpu_node"), ("Not inspected", "not_inspected")):
+                       ("Not a GPU node", "not_gpu_node"), ("Not inspected", "not_inspected"),
+                       ("Not audited in this run", "not_audited")):
         if s.get(key):
             lines += [_md("**%s:** %s", label, _bounded_names(s[key], view.NAMES_MAX)), _md("")]
     if s.get("hands_on"):
@@ -117,11 +118,43 @@ def render_markdown(report):
         lines.append(_md(""))
         if more:
             lines += [_md("%d more findings: see the JSON report.", more), _md("")]
+    lines += _markdown_changes(report.get("changes"))
     lines += _markdown_tables(report)
     lines += _markdown_cluster(report)
     lines += _markdown_nodes(report)
     lines += _markdown_cves(report.get("cves") or [])
     return _md_document(lines)
+
+
+def _markdown_changes(changes):
+    """What changed since each node's previous result (a report built from published results)."""
+    if not isinstance(changes, dict):
+        return []
+    c = changes["counts"]
+    lines = [_md("## Since the previous run"), _md(""),
+             _md("Run %s: %d new, %d resolved, %d persisting findings; %d nodes without a previous result.",
+                 changes["run"], c["new"], c["resolved"], c["persisting"], len(changes["no_previous"])), _md("")]
+    for title, key in (("New", "new"), ("Resolved", "resolved"), ("Persisting, longest known first", "persisting")):
+        entries = changes[key]
+        if key == "persisting":
+            entries = sorted(entries, key=lambda e: (e["first_seen"] or "", e["node"], e["id"]))
+        if not entries:
+            continue
+        lines += [_md("**%s:**", title), _md("")]
+        shown, more = view.bounded(entries, view.ROWS_MAX)
+        for e in shown:
+            lines.append(_md("- %s %s, first seen %s", e["node"], md(e["id"], code=True), e.get("first_seen") or "unknown"))
+        if more:
+            lines.append(_md("- %d more: see the JSON report", more))
+        lines.append(_md(""))
+    if changes["rejected"]:
+        lines += [_md("**Stored results not trusted:**"), _md("")]
+        shown, more = view.bounded(changes["rejected"], view.ROWS_MAX)
+        lines += [_md("- %s: %s", e["entry"], view.short(e["reason"])) for e in shown]
+        if more:
+            lines.append(_md("- %d more: see the JSON report", more))
+        lines.append(_md(""))
+    return lines
 
 
 def _where(names, scope):
