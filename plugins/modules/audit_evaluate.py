@@ -97,7 +97,8 @@ findings:
   elements: dict
 ansible_facts:
   description: C(kubegpu_audit) with C(node), C(status) (C(audited) or C(unreachable)), C(findings)
-    and, for an unreachable node, C(error).
+    and, for an unreachable node, C(error); an audited node's also C(coverage) (what the given probe results
+    show - C(gpu_node), C(not_gpu_node) or C(not_inspected)) and C(labels) (the Node's, from O(api)).
   returned: always
   type: dict
 """

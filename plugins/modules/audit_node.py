@@ -250,6 +250,10 @@ ansible_facts:
   description:
     - C(kubegpu_audit) with C(node), C(status) (C(audited) or C(unreachable)), C(findings) and,
       for an unreachable node, C(error); M(kubegpu.fleet.audit_report) aggregates it.
+    - An audited node's C(kubegpu_audit) also has C(coverage) (what the probes could see - GPUs on the PCI
+      bus, driver, NVML, kubelet, kernel log, the cluster's view - and C(status) C(gpu_node), C(not_gpu_node)
+      or C(not_inspected), which the finding C(audit.not_inspected) reports) and C(labels) (the Node's labels
+      from O(api)).
     - C(nvidia) and C(kubelet), as M(kubegpu.fleet.gpu_facts) and M(kubegpu.fleet.kubelet_facts)
       set them, when those probes succeeded (set by the action plugin on the controller).
   returned: always
