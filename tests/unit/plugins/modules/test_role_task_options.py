@@ -60,8 +60,7 @@ def _tasks(items):
             continue
         yield item
         for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
-            for sub in _tasks(item.get(key)):
-                yield sub
+            yield from _tasks(item.get(key))
 
 
 def task_files():

@@ -415,26 +415,32 @@ def test_renew_loop_keeps_trying_to_give_the_slot_back_while_the_api_is_away():
     assert why == "parent" and api.store == {} and api.calls.count("list") == 4
 
 
+def _jittered_wait(api, pick):
+    """One wait of 20 s at poll 5 with ``pick`` choosing within the jitter's bounds: (bounds asked, sleeps, clock)."""
+    asked, slept = [], []
+    clock = Clock()
+    real = clock.sleep
+
+    def sleep(seconds):
+        slept.append(seconds)
+        real(seconds)
+
+    def jitter(low, high):
+        asked.append((low, high))
+        return pick(low, high)
+
+    clock.sleep = sleep
+    out = acquire(api, "n1", holder="kubegpu.fleet/b/1-1", run="b/1-1", clock=clock, max_unavailable=1, timeout=20,
+                  jitter=jitter)
+    assert not out["acquired"]
+    return asked, slept, clock
+
+
 def test_the_slot_wait_polls_with_jitter_within_a_quarter_of_the_interval():
     api = FakeApi([gpu_node("n%d" % i) for i in range(3)])
     assert acquire(api, "n0", max_unavailable=1)["acquired"]
     for pick, interval in ((min, 3.75), (max, 6.25)):
-        asked, slept = [], []
-        clock = Clock()
-        real = clock.sleep
-
-        def sleep(seconds, real=real, slept=slept):
-            slept.append(seconds)
-            real(seconds)
-
-        clock.sleep = sleep
-
-        def jitter(low, high, pick=pick, asked=asked):
-            asked.append((low, high))
-            return pick(low, high)
-
-        out = acquire(api, "n1", holder="kubegpu.fleet/b/1-1", run="b/1-1", clock=clock, max_unavailable=1,
-                      timeout=20, jitter=jitter)
-        assert not out["acquired"] and set(asked) == {(0.75, 1.25)}
+        asked, slept, clock = _jittered_wait(api, pick)
+        assert set(asked) == {(0.75, 1.25)}
         # every sleep is the jittered interval, the last one cut at the deadline
         assert slept[:-1] == [interval] * (len(slept) - 1) and 0 < slept[-1] <= interval and clock.t == 20

@@ -126,8 +126,8 @@ class Host(threading.Thread):
                 self.api, pool=POOL, node=self.node, holder=ME, run="me/1-1", max_unavailable=self.max_unavailable,
                 duration=60, timeout=self.timeout, poll=5, clock=self.clock, sleep=self.sleep,
                 wall=lambda: NOW + self.clock.t, order=self.order)
-        except Exception as exc:  # pylint: disable=broad-except  (the test reads it)
-            self.error = exc
+        except Exception as exc:  # pylint: disable=broad-except
+            self.error = exc      # the test reads it
         finally:
             self.settled.set()
 
@@ -253,7 +253,7 @@ def test_waiting_behind_the_runs_own_waiting_hosts_does_not_count_against_the_ti
     second = Host(api, "n1", order, clock, timeout=10)
     first.begin()
     second.begin()
-    for _ in range(6):                  # 60 s on the shared clock: n1's 10 s would be long gone
+    for _poll in range(6):              # 60 s on the shared clock: n1's 10 s would be long gone
         second.poll()
         first.poll()
     assert not second.done and not first.done and clock.t >= 60
