@@ -52,6 +52,7 @@ import re
 import signal
 import stat
 import threading
+import time
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
@@ -258,8 +259,16 @@ class DeadlineExceeded(Exception):
 
 @contextlib.contextmanager
 def deadline(seconds):
-    """Raise DeadlineExceeded in the block after ``seconds`` (SIGALRM; a no-op off the main thread)."""
+    """Raise DeadlineExceeded in the block after ``seconds`` (SIGALRM; a no-op off the main thread).
+
+    An alarm already armed (Ansible's task ``timeout:`` in the worker that runs the refresh
+    action) is kept: when it is due first, this deadline stands aside and lets it fire; otherwise
+    it is re-armed with its remaining time afterwards."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    outer, _interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer and outer <= seconds:
         yield
         return
 
@@ -267,12 +276,15 @@ def deadline(seconds):
         raise DeadlineExceeded("took longer than %.0f s" % seconds)
 
     previous = signal.signal(signal.SIGALRM, expire)
+    started = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
 
 
 class _Quoted(str):
@@ -342,9 +354,9 @@ def classify(row):
     for prod_re, reason in NOT_IMPORTED:
         if prod_re.match(product):
             return None, reason
-    raise UnknownProduct("unknown product %s (architecture %s): neither a catalog component nor a product the importer "
-                    "leaves out; add it to ROWS or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
-                    % (catalog_validate.short(product), catalog_validate.short(arch)))
+    raise UnknownProduct("unknown product %s (architecture %s): neither a catalog component nor a product the "
+                         "importer leaves out; add it to ROWS or NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py"
+                         % (catalog_validate.short(product), catalog_validate.short(arch)))
 
 
 def _classify_guest(row, product, arch):
@@ -795,8 +807,8 @@ def compare(generated, catalog_entries, component=None):
             elif widened and _covers(cr[key], gr[key]):
                 continue
             elif cr[key] != gr[key]:
-                out.append("%s: %s differs: CSAF %s, catalog %s" % (g["id"], where, _range_words(gr[key]),
-                                                                   _range_words(cr[key])))
+                out.append("%s: %s differs: CSAF %s, catalog %s"
+                           % (g["id"], where, _range_words(gr[key]), _range_words(cr[key])))
     return out
 
 
@@ -956,9 +968,12 @@ def merge_advisories(component, entries):
                 tagged = dict(item)
                 tagged["note"] = ITEM_BULLETIN_NOTE % e["advisory"]["id"] + ("; " + item["note"] if item.get("note") else "")
                 affected.append(tagged)
-    affected.sort(key=lambda i: (_branch_key(("%s%s" % (GUEST_KEY if (i.get("conditions") or {}).get("vgpu_guest")
-                                                         else "", i.get("branch") or ""))),
-                                 str(i.get("fixed") or i.get("last_affected") or "")))
+
+    def order(item):
+        guest = GUEST_KEY if (item.get("conditions") or {}).get("vgpu_guest") else ""
+        return _branch_key(guest + str(item.get("branch") or "")), str(item.get("fixed") or item.get("last_affected") or "")
+
+    affected.sort(key=order)
     merged["affected"] = affected
     sources = []
     for e in reversed(ordered):

@@ -149,8 +149,8 @@ def test_compare_accepts_a_split_row_and_a_sourced_wider_range_but_not_a_narrowe
     assert ci.compare(generated, split) == []
     wider = copy.deepcopy(generated)
     wider[0]["affected"] = [{"last_affected": "1.17.8", "fixed": "1.17.9"}]
-    assert ci.compare(generated, wider) == ["ctk-cve-2099-0101: branch (any) differs: CSAF < 1.17.8 last affected 1.17.7, "
-                                                "catalog < 1.17.9 last affected 1.17.8"]
+    assert ci.compare(generated, wider) == [
+        "ctk-cve-2099-0101: branch (any) differs: CSAF < 1.17.8 last affected 1.17.7, catalog < 1.17.9 last affected 1.17.8"]
     wider[0]["sources"].append({"url": "https://github.com/NVIDIA/cloud-native-docs/blob/main/gpu-operator/security.rst",
                                 "verified": "2026-11-27", "what": "CVE table"})
     assert ci.compare(generated, wider) == []

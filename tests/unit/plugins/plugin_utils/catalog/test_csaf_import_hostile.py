@@ -173,6 +173,35 @@ def test_the_deadline_interrupts_a_runaway_conversion():
                 pass
 
 
+class OuterAlarm(Exception):
+    pass
+
+
+def test_an_alarm_armed_outside_is_kept():
+    """Ansible's task timeout arms SIGALRM in the worker: the deadline re-arms what is left of
+    it afterwards, and stands aside when the outer alarm is due first."""
+    import signal
+
+    def outer(_signum, _frame):
+        raise OuterAlarm()
+
+    previous = signal.signal(signal.SIGALRM, outer)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 3600)
+        with ci.deadline(30):
+            pass
+        remaining, _interval = signal.getitimer(signal.ITIMER_REAL)
+        assert 3000 < remaining <= 3600 and signal.getsignal(signal.SIGALRM) is outer
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(OuterAlarm):
+            with ci.deadline(30):
+                while True:
+                    pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _files(tmp_path):
     d = tmp_path / "docs"
     d.mkdir()
