@@ -1,10 +1,12 @@
 """plugin_utils/catalog/refresh.py: sources, bounds, the overlay's contents and its refusal."""
 import copy
+import datetime
 import io
 import os
 
 import pytest
 
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import build
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import csaf
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import refresh
@@ -104,6 +106,9 @@ def test_the_overlay_holds_what_the_bundled_catalog_lacks_and_lists_what_differs
     assert text.startswith("---\n# kubegpu.fleet catalog overlay") and 'fixed: "570.133.20"' in text
     entries = load.catalog_entries(extra=load.parse_document(text, "overlay"))
     assert "driver-cve-2099-0002" in [e["id"] for e in entries]
+    # the report dates the catalog by the overlay's newest bulletin (audit_report takes the same catalog_extra)
+    state = build.catalog_state(entries, datetime.date(2099, 9, 1))
+    assert state["newest_advisory"]["id"] == "9959" and state["newest_advisory"]["date"] == "2099-08-12"
 
 
 def test_an_overlay_that_does_not_validate_is_refused():
