@@ -85,8 +85,9 @@ def job(tmp_path, proc, label, playbook, inventory, extra_vars):
     for sub in ("home", "tmp", "report", "work"):
         (pod / sub).mkdir(parents=True)
     runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), str(pod / "work"))
-    env = dict(play_env(pod / "tmp"), HOME=str(pod / "home"), K8S_AUTH_KUBECONFIG=proc.kubeconfig,
-               ANSIBLE_SHOW_CUSTOM_STATS="1", ANSIBLE_PIPELINING="1")
+    env = dict(play_env(pod / "tmp"), HOME=str(pod / "home"), ANSIBLE_SHOW_CUSTOM_STATS="1", ANSIBLE_PIPELINING="1")
+    if proc is not None:   # the AWX Kubernetes credential injects K8S_AUTH_*
+        env["K8S_AUTH_KUBECONFIG"] = proc.kubeconfig
     ev = dict({"kubegpu_audit_report_dir": str(pod / "report"), "kubegpu_audit_formats": ["json", "prometheus"],
                "kubegpu_audit_xid": False, "kubegpu_audit_store": "kubernetes"}, **extra_vars)
     res = runner.playbook(playbook, inventory=inventory, env=env, extra_vars=ev, timeout=900)
@@ -282,3 +283,39 @@ def test_a_malformed_or_foreign_annotation_is_reported_never_trusted(tmp_path, a
         assert "about node 'gpu-a', found on 'gpu-c'" in rejected["gpu-c"]
     finally:
         api.client.close()
+
+
+def test_sliced_audit_through_a_directory_store(tmp_path):
+    """The offline store: two slices and the report step share only a directory (a PVC or NFS
+    path); no Kubernetes API at all. A slice that never ran leaves its nodes not audited, with the
+    run their last result is of."""
+    base = str(tmp_path / "nodes")
+    for name in HOSTS:
+        node_tree(base, name)
+    results_dir = str(tmp_path / "results")
+    common = {"kubegpu_audit_store": "directory", "kubegpu_audit_store_path": results_dir,
+              "kubegpu_audit_cluster": False}
+    full_inv = write_inventory(str(tmp_path / "inventory.json"), base, HOSTS)
+    res, first, _pod = job(tmp_path, None, "first", AUDIT, full_inv, dict(common, kubegpu_audit_run_id="nightly-1"))
+    assert res.rc == 2 and first["run"]["id"] == "nightly-1" and first["summary"]["not_audited"] == []
+    assert sorted(os.listdir(os.path.join(results_dir, "nodes"))) == ["%s.json" % n for n in HOSTS]
+    # the next night: slices 1 and 2 of 3 run, slice 3 fails before it publishes
+    make_uvm(os.path.join(base, "gpu-e", "dev"))
+    ran = []
+    for n, hosts in enumerate(awx_slices(HOSTS, 3)[:2], 1):
+        inv = write_inventory(str(tmp_path / ("d-slice%d.json" % n)), base, hosts)
+        res, report, _pod = job(tmp_path, None, "d-slice%d" % n, AUDIT, inv, dict(
+            common, kubegpu_audit_step="slice", awx_job_id=500 + n, awx_workflow_job_id=500))
+        assert res.rc == 0 and report is None, res.stdout[-3000:]
+        ran += hosts
+    res, report, _pod = job(tmp_path, None, "d-report", REPORT, full_inv,
+                            dict(common, kubegpu_audit_run_id="awx-workflow-500"))
+    assert res.rc == 2, res.stdout[-3000:]
+    missing = sorted(set(HOSTS) - set(ran))
+    assert report["summary"]["not_audited"] == missing
+    gone = [n for n in report["nodes"] if n["name"] == missing[0]][0]
+    assert "the last result is of run nightly-1" in gone["error"]
+    ch = report["changes"]
+    assert [(e["node"], e["id"]) for e in ch["resolved"]] == [("gpu-e", "uvm.node_missing")]
+    assert [e["node"] for e in ch["persisting"] if e["id"] == "uvm.node_missing"] == ["gpu-b"]
+    assert report["summary"]["failing"] == 1
