@@ -68,23 +68,18 @@ def audit_cluster(task, args):
         objects["cluster_policy_crd"] = True if args["cluster_policies"] else None
         notes = []
         if args["nodes"] is None:
-            client = None
             try:
-                client = k8s_client.connect(args, environ=task.environ())
-                if args["node_names"] is not None:   # one slice of a run: its own Nodes only
-                    names = fleet.node_names(args["node_names"], task.task_vars.get("hostvars", {}))
-                    objects = cluster_read.read_nodes(client, names)
-                else:
-                    objects = service.read_cluster(client)
-                extra, calls, notes = read_gpu_operator(client)
+                with k8s_action.connected(args, task.environ(), secrets) as client:
+                    if args["node_names"] is not None:   # one slice of a run: its own Nodes only
+                        names = fleet.node_names(args["node_names"], task.task_vars.get("hostvars", {}))
+                        objects = cluster_read.read_nodes(client, names)
+                    else:
+                        objects = service.read_cluster(client)
+                    extra, calls, notes = read_gpu_operator(client)
                 objects.update(extra)
                 out["api_calls"] = objects["calls"] + calls
             except k8s_client.K8sError as exc:
                 out["msg"] = str(exc)
-            finally:
-                if client is not None:
-                    secrets.extend(client.secrets)
-                    client.close()   # removes the kubeconfig's CA/key files: atexit never runs in a worker
         if "msg" not in out:
             view = cluster_view(objects["nodes"], objects["pods"], objects["daemonsets"], objects["events"],
                                 image_pattern=args["device_plugin_image_pattern"],

@@ -43,18 +43,13 @@ def open_store(task, args, secrets):
         except store.StoreError as e:
             raise runner.ActionFailed(str(e))
         return
-    api = None
     try:
-        api = node_api.NodeApi.connect(args, environ=task.environ())
-        yield store.NodeStore(api)
+        with k8s_action.connected(args, task.environ(), secrets) as client:
+            yield store.NodeStore(node_api.NodeApi(client))
     except k8s_client.K8sError as e:
         raise runner.ActionFailed("cannot reach the Kubernetes API for the audit results: %s" % e)
     except store.StoreError as e:
         raise runner.ActionFailed(str(e))
-    finally:
-        if api is not None:
-            secrets.extend(api.client.secrets)
-            api.client.close()
 
 
 def publish_work(task, args):

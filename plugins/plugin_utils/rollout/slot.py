@@ -675,25 +675,20 @@ def _slot(task, result, args, secrets):
     run, holder, watch = run_identity()
     result.update(run=run, holder=holder, changed=False)
     environ = task.environ()
-    client = None
     try:
-        client = k8s_client.connect(args, environ=environ)
-        api = SlotApi(client, args["namespace"])
-        if args["state"] == "release":
-            # the uncordon first: a failed patch keeps the slot (the node is still in maintenance)
-            patched = _patch(task, result, args, client)
-            out = release(api, pool=args["pool"], node=args["name"], holder=holder, check_mode=task.check_mode)
-            result.update(out, changed=out["released"] or patched)
-            return
-        _acquire(task, result, args, api, run, holder, watch, environ)
+        with k8s_action.connected(args, environ, secrets) as client:
+            api = SlotApi(client, args["namespace"])
+            if args["state"] == "release":
+                # the uncordon first: a failed patch keeps the slot (the node is still in maintenance)
+                patched = _patch(task, result, args, client)
+                out = release(api, pool=args["pool"], node=args["name"], holder=holder, check_mode=task.check_mode)
+                result.update(out, changed=out["released"] or patched)
+                return
+            _acquire(task, result, args, api, run, holder, watch, environ)
     except Stop as exc:
         result.update(failed=True, stopped=True, acquired=False, msg=str(exc))
     except (K8sError, run_queue.QueueError) as exc:
         result.update(failed=True, msg=str(exc))
-    finally:
-        if client is not None:
-            secrets.extend(client.secrets)
-            client.close()
 
 
 def slot_work(task, args):

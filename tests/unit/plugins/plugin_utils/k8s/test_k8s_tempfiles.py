@@ -226,3 +226,34 @@ def test_pin_the_loader_private_file_map_close_relies_on(https, pki, tmpdir_priv
     assert set(paths) <= set(kube_config._temp_files.values())  # pylint: disable=protected-access
     client.close()
     assert not set(paths) & set(kube_config._temp_files.values())  # pylint: disable=protected-access
+
+
+def test_the_action_helper_masks_the_kubeconfig_token_and_closes_the_client(https, pki, tmpdir_private, tmp_path):
+    """k8s/action.connected, what every API action opens its client with: inside the body the client
+    works; after it, also when the body fails, the loader's files are gone and the token the
+    kubeconfig file carried (which only the client read) is masked in the task result
+    (k8s/action.masked)."""
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.k8s import action as k8s_action
+    doc = inline(https, pki)
+    doc["users"][0]["user"]["token"] = "kc-secret-token"
+    path = str(tmp_path / "kubeconfig")
+    with open(path, "w") as fh:
+        yaml.safe_dump(doc, fh)
+    args = {"kubeconfig": path}
+    assert k8s.secrets_of(args) == []
+    result = {}
+    with k8s_action.masked(result, args) as secrets:
+        with k8s_action.connected(args, {"HOME": str(tmp_path)}, secrets) as client:
+            assert client.request("read", "GET", "/version")["client"] == {"commonName": "t3-client"}
+            assert listing(tmpdir_private) != []
+            result["msg"] = "used kc-secret-token"
+    assert listing(tmpdir_private) == []
+    assert result == {"msg": "used ********"}
+    result = {}
+    with pytest.raises(RuntimeError):
+        with k8s_action.masked(result, args) as secrets:
+            with k8s_action.connected(args, {"HOME": str(tmp_path)}, secrets) as client:
+                assert client.request("read", "GET", "/version")["path"] == "/version"
+                result["msg"] = "failed with kc-secret-token"
+                raise RuntimeError("the action failed")
+    assert listing(tmpdir_private) == [] and result == {"msg": "failed with ********"}
