@@ -319,3 +319,22 @@ def test_sliced_audit_through_a_directory_store(tmp_path):
     assert [(e["node"], e["id"]) for e in ch["resolved"]] == [("gpu-e", "uvm.node_missing")]
     assert [e["node"] for e in ch["persisting"] if e["id"] == "uvm.node_missing"] == ["gpu-b"]
     assert report["summary"]["failing"] == 1
+
+
+def test_check_mode_publishes_nothing(ansible, tmp_path, api_double_factory):
+    proc = api_double_factory(seed=[node("gpu-a")])
+    inv = tmp_path / "inv.ini"
+    inv.write_text("gpu-a ansible_connection=local\nlocalhost ansible_connection=local\n")
+    res = ansible.playbook(publish_play(["gpu-a"], {"store": "kubernetes", "kubeconfig": proc.kubeconfig}),
+                           inventory=str(inv), env=play_env(tmp_path), check=True)
+    out = res.task("publish")
+    assert not out.get("failed") and out["changed"] and out["published"] == 1, out
+    assert proc.client.history(resource="nodes", verb="patch", nodes=False) == []
+    res = ansible.playbook(publish_play(["gpu-a"], {"store": "kubernetes", "kubeconfig": proc.kubeconfig}),
+                           inventory=str(inv), env=play_env(tmp_path))
+    assert res.task("publish")["changed"]
+    patches = proc.client.history(resource="nodes", verb="patch", nodes=False)
+    assert [(e["subresource"], e["code"]) for e in patches] == [(None, 200), ("status", 200)]
+    node_obj = proc.client.state()["objects"]["nodes"][0]
+    assert [c["type"] for c in node_obj["status"]["conditions"]][0] == "Ready"
+    assert set(results.CONDITION_TYPES) <= set(c["type"] for c in node_obj["status"]["conditions"])
