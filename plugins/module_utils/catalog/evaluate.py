@@ -51,17 +51,22 @@ def _condition_state(key, want, facts):
     return ok, "%s is %s (affected: %s)" % (key, ", ".join(values) or "(none)", ", ".join(accepted))
 
 
-def _range_text(item):
+def range_bounds(item):
+    """The bounds of an affected-range item as texts: ``>= introduced``, then ``< fixed`` or else
+    ``<= last_affected``."""
     parts = []
-    if item.get("branch"):
-        parts.append("branch %s" % item["branch"])
     if item.get("introduced"):
         parts.append(">= %s" % item["introduced"])
     if item.get("fixed"):
         parts.append("< %s" % item["fixed"])
     elif item.get("last_affected"):
         parts.append("<= %s" % item["last_affected"])
-    return ", ".join(parts) or "all versions"
+    return parts
+
+
+def _range_text(item):
+    parts = ["branch %s" % item["branch"]] if item.get("branch") else []
+    return ", ".join(parts + range_bounds(item)) or "all versions"
 
 
 def _version_hit(item, version, scheme):

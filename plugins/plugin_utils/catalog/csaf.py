@@ -55,6 +55,7 @@ import threading
 import time
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import evaluate as catalog_evaluate
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as catalog_validate
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
@@ -996,12 +997,7 @@ def merge_advisories(component, entries):
 def evaluate_range_text(item):
     """``R470 < 470.239.06`` for a note (``(vGPU guest)`` on a guest-driver item)."""
     parts = ["R%s" % item["branch"]] if item.get("branch") else []
-    if item.get("introduced"):
-        parts.append(">= %s" % item["introduced"])
-    if item.get("fixed"):
-        parts.append("< %s" % item["fixed"])
-    elif item.get("last_affected"):
-        parts.append("<= %s" % item["last_affected"])
+    parts.extend(catalog_evaluate.range_bounds(item))
     if (item.get("conditions") or {}).get("vgpu_guest"):
         parts.append("(vGPU guest)")
     return " ".join(parts) or "all versions"
