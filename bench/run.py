@@ -34,6 +34,7 @@ PARTS = [
     "rollout_overhead",    # 3. rolling_reboot against the floor from its own API history (6-node lab)
     "rollout_window",      # 3b. the sliding window on heterogeneous reboot times vs the ideal schedule (6-node lab)
     "gpu_repair",          # 5. GPU repair: a GPU reset against a reboot (2-node lab)
+    "fleet_report",        # 6. the report step of a sliced audit over 10,000 synthetic nodes (no lab)
     "scale_model",         # 4. scale model from audit_throughput's measurements
 ]
 
