@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import EVALUATION_OPTIONS
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.coverage import coverage
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict
@@ -27,7 +29,12 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load 
 MALFORMED = (AttributeError, TypeError, KeyError, ValueError, IndexError)
 
 
-def evaluate_node(ctx, pending_threshold_s=300, memory_min_fraction=0.8, skip=(), expected_gpus=None,
+# The evaluation options' defaults, from their one spec (audit_node's and audit_evaluate's options).
+_DEFAULTS = probe_options.defaults(EVALUATION_OPTIONS)
+
+
+def evaluate_node(ctx, pending_threshold_s=_DEFAULTS["pending_threshold"],
+                  memory_min_fraction=_DEFAULTS["memory_min_fraction"], skip=(), expected_gpus=None,
                   rules=NODE_RULES):
     """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
     cgroups, stack, api, catalog, errors (probe name -> message). ``expected_gpus``: the GPUs the
@@ -114,23 +121,11 @@ def node_labels(api):
     return out
 
 
-ARGUMENT_SPEC = {
-    "node": {"type": "str", "required": True},
-    "nvidia": {"type": "dict", "default": {}},
-    "kubelet": {"type": "dict", "default": {}},
-    "driver_guard": {"type": "dict", "default": {}},
-    "checkpoint": {"type": "dict", "default": {}},
-    "cgroups": {"type": "dict", "default": {}},
-    "stack": {"type": "dict", "default": {}},
-    "api": {"type": "dict", "default": {}},
-    "errors": {"type": "dict", "default": {}},
-    "pending_threshold": {"type": "int", "default": 300},
-    "memory_min_fraction": {"type": "float", "default": 0.8},
-    "skip": {"type": "list", "elements": "str", "default": []},
-    "expected_gpus": {"type": "int"},
-    "unreachable": {"type": "str", "default": ""},
-}
 CONTEXT_KEYS = ("nvidia", "kubelet", "driver_guard", "checkpoint", "cgroups", "stack", "api", "errors")
+# audit_node's evaluation options (node required here), each probe result as a dict, unreachable.
+ARGUMENT_SPEC = probe_options.spec(EVALUATION_OPTIONS, unreachable={"type": "str", "default": ""},
+                                   **dict((k, {"type": "dict", "default": {}}) for k in CONTEXT_KEYS))
+ARGUMENT_SPEC["node"]["required"] = True
 
 
 def evaluate_task(task, args):
