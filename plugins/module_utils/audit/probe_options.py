@@ -110,6 +110,17 @@ def spec(options, **extra):
     return out
 
 
+def passed_on(options, name, **extra):
+    """The spec of probe option ``name`` for a controller action that passes it to the probe's
+    module on the node: the probe's type, default and choices, but ``str`` for a ``path`` (Ansible
+    would expand a ``path`` option's ``~`` and variables on the controller, not on the node)."""
+    out = copy.deepcopy(options[name])
+    if out.get("type") == "path":
+        out["type"] = "str"
+    out.update(copy.deepcopy(extra))
+    return out
+
+
 def defaults(options):
     """Parameter dict of an option spec's defaults (None where it has none), deep-copied."""
     return dict((name, copy.deepcopy(o.get("default"))) for name, o in options.items())

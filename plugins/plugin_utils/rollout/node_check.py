@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import check_timeout
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probe_options import CHECKPOINT_SYNC, GPU_FACTS, passed_on
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.module_args import args_with_catalog, redact_catalog
 
@@ -18,12 +19,13 @@ CHECK_SPEC = {
     "driver_version": {"type": "str", "default": ""},
     "timeout": {"type": "float", "default": 600},
     "poll": {"type": "float", "default": 5},
-    "probe_timeout": {"type": "float", "default": 10},
-    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia_smi"]},
-    "proc_path": {"type": "str", "default": "/proc"},
-    "dev_path": {"type": "str", "default": "/dev"},
-    "driver_root": {"type": "str", "default": "/"},
-    "checkpoint_path": {"type": "str", "default": "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"},
+    # passed on to gpu_facts, driver_guard and checkpoint_sync: their defaults
+    "probe_timeout": passed_on(GPU_FACTS, "timeout"),
+    "backend": passed_on(GPU_FACTS, "backend"),
+    "proc_path": passed_on(GPU_FACTS, "proc_path"),
+    "dev_path": passed_on(GPU_FACTS, "dev_path"),
+    "driver_root": passed_on(GPU_FACTS, "driver_root"),
+    "checkpoint_path": passed_on(CHECKPOINT_SYNC, "path"),
 }
 
 

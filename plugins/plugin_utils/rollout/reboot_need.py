@@ -52,6 +52,7 @@ import re
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.safe_io import check_timeout, is_ascii_digits
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probe_options import DRIVER_GUARD, passed_on
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.module_args import args_with_catalog, redact_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout.record import MAINTENANCE_ANNOTATION
@@ -403,12 +404,13 @@ NEED_SPEC = {
     "check_kernel": {"type": "bool", "default": True},
     "check_driver": {"type": "bool", "default": True},
     "boot_path": {"type": "str", "default": "/boot"},
-    "proc_path": {"type": "str", "default": "/proc"},
+    # passed on to driver_guard (state=audit): its defaults
+    "proc_path": passed_on(DRIVER_GUARD, "proc_path"),
     "nvidia_proc_path": {"type": "str"},
-    "dev_path": {"type": "str", "default": "/dev"},
-    "driver_root": {"type": "str", "default": "/"},
-    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia_smi"]},
-    "timeout": {"type": "float", "default": 10},
+    "dev_path": passed_on(DRIVER_GUARD, "dev_path"),
+    "driver_root": passed_on(DRIVER_GUARD, "driver_root"),
+    "backend": passed_on(DRIVER_GUARD, "backend"),
+    "timeout": passed_on(DRIVER_GUARD, "timeout"),
     "node": {"type": "dict", "default": {}},
     "annotation": {"type": "str", "default": MAINTENANCE_ANNOTATION},
     "required": {"type": "bool", "default": False},

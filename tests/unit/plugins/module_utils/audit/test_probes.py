@@ -139,6 +139,19 @@ def test_params_never_share_mutable_defaults():
     assert probe_options.CHECKPOINT_SYNC["resource_names"]["default"] == ["nvidia.com/*"]
 
 
+def test_an_option_passed_on_from_the_controller_keeps_the_probes_default_but_no_path_type():
+    """rollout_node_check and reboot_need pass node paths on to the probe modules: the probe's
+    default and choices, type str (a path option would be expanded on the controller), a copy."""
+    dev = probe_options.passed_on(probe_options.GPU_FACTS, "dev_path")
+    assert dev == {"type": "str", "default": "/dev"}
+    dev["default"] = "/host/dev"
+    assert probe_options.GPU_FACTS["dev_path"] == {"type": "path", "default": "/dev"}
+    backend = probe_options.passed_on(probe_options.GPU_FACTS, "backend")
+    assert backend == probe_options.GPU_FACTS["backend"] and backend["choices"] is not probe_options.GPU_BACKENDS
+    assert probe_options.passed_on(probe_options.GPU_FACTS, "timeout", required=True) == {
+        "type": "float", "default": 10.0, "required": True}
+
+
 # --------------------------------------------------------------------------- option specs
 
 def test_audit_options_take_the_probes_specs():
