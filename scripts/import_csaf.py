@@ -22,7 +22,8 @@ replaced atomically when it succeeds.
 
 Every product row that does not become an entry is listed on stderr with the reason
 (``not imported: ...``); a product the importer does not know (neither a catalog component nor
-one it leaves out, NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py) is an error.
+one it leaves out, NOT_IMPORTED in plugins/plugin_utils/catalog/csaf.py) is an error, unless
+--skip-unknown-products (to run over every bulletin of NVIDIA's repository) lists it as not imported.
 
 Exit status: 0 done, 1 --check found differences, 2 error. Any malformed document ends in
 `error: FILE: reason` on stderr and exit 2 (each document is bounded in size, nesting and time).
@@ -72,12 +73,12 @@ def _error(where, exc):
     return 2
 
 
-def _load(path, verified):
+def _load(path, verified, unknown_products="error"):
     """One document, read, parsed and converted within importer.DEADLINE; raises CsafError."""
     try:
         with importer.deadline(importer.DEADLINE):
             doc = importer.read_document(path)
-            return importer.import_advisory(doc, path=path, verified=verified)
+            return importer.import_advisory(doc, path=path, verified=verified, unknown_products=unknown_products)
     except (importer.CsafError, catalog_validate.CatalogError, OSError, importer.DeadlineExceeded) as exc:
         raise importer.CsafError(str(exc) or type(exc).__name__)
     except RecursionError:
@@ -94,6 +95,9 @@ def main(argv=None):
     ap.add_argument("--component", action="append", choices=sorted(catalog_validate.COMPONENT_SCHEMES),
                     help="only this component (repeatable)")
     ap.add_argument("--verified", help="date to record in sources[].verified (default: today)")
+    ap.add_argument("--skip-unknown-products", action="store_true",
+                    help="list the rows of products the importer does not know as not imported instead of failing "
+                         "(to run over every bulletin of NVIDIA's repository; the refresh job does the same)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", metavar="CATALOG_DIR", help="compare with the catalog, exit 1 on differences")
     mode.add_argument("--merge", metavar="CATALOG_DIR", help="append new entries to CATALOG_DIR/<component>.yml")
@@ -102,7 +106,7 @@ def main(argv=None):
     results = []
     for path in args.documents:
         try:
-            result = _load(path, args.verified)
+            result = _load(path, args.verified, "skip" if args.skip_unknown_products else "error")
         except importer.CsafError as exc:
             return _error(path, exc)
         for row in result["skipped"]:

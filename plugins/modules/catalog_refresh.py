@@ -40,8 +40,9 @@ options:
   mirror_dir:
     description:
       - A directory on the controller holding a copy of NVIDIA's repository - every C(<id>/<id>.json) below
-        it is read (NVIDIA's layout; the C(CVE-*.json) records beside them are not CSAF); symlinks are not
-        followed.
+        it is read (NVIDIA's layout; the C(CVE-*.json) records beside them are not CSAF) - or a flat copy of
+        bulletins (C(<id>.json), a numeric id); symlinks are not followed.
+      - A directory without any document fails the task (an empty overlay would replace a good one).
     type: path
   dest:
     description:

@@ -122,16 +122,16 @@ def index_urls(index_url, text):
 
 
 def mirror_files(directory, limit):
-    """The CSAF documents below ``directory`` in NVIDIA's layout, ``<id>/<id>.json`` (the
-    repository keeps CVE records, ``<id>/CVE-*.json``, beside them: not CSAF), symlinks not
-    followed, sorted; at most ``limit``."""
+    """The CSAF documents below ``directory``: NVIDIA's layout ``<id>/<id>.json`` (the
+    repository keeps CVE records, ``<id>/CVE-*.json``, beside them: not CSAF) or a flat copy of
+    bulletins ``<id>.json`` (a numeric id); symlinks not followed, sorted; at most ``limit``."""
     if not os.path.isdir(directory):
         raise RefreshError("mirror_dir %s is not a directory" % directory)
     out = []
     for root, dirs, files in os.walk(directory, followlinks=False):
         dirs.sort()
         for name in sorted(files):
-            if name == os.path.basename(root) + ".json":
+            if name == os.path.basename(root) + ".json" or re.match(r"^\d+\.json$", name):
                 out.append(os.path.join(root, name))
                 if len(out) > limit:
                     raise RefreshError("mirror_dir %s holds more than %d documents (max_documents)" % (directory, limit))
@@ -150,7 +150,16 @@ def _convert(data, where, verified):
 
 
 def read_sources(args, opener=None):
-    """``[(where, import_advisory result)]`` of every document of the task's source."""
+    """``[(where, import_advisory result)]`` of every document of the task's source; a source
+    without any document is an error (an empty overlay would replace a good one)."""
+    results = _read_sources(args, opener)
+    if not results:
+        where = args.get("mirror_dir") or args.get("index_url") or "urls"
+        raise RefreshError("%s holds no CSAF document" % where)
+    return results
+
+
+def _read_sources(args, opener=None):
     limit = args["max_documents"]
     verified = args.get("verified") or datetime.date.today().isoformat()
     results = []

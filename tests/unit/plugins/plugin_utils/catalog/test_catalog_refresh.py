@@ -83,6 +83,27 @@ def test_mirror_files_walks_json_only_and_is_bounded(tmp_path):
         refresh.mirror_files(str(tmp_path), 1)
     with pytest.raises(refresh.RefreshError, match="is not a directory"):
         refresh.mirror_files(str(tmp_path / "nope"), 1)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "9930.json").write_text("{}")
+    (flat / "notes.json").write_text("{}")
+    assert [os.path.basename(p) for p in refresh.mirror_files(str(flat), 10)] == ["9930.json"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(refresh.RefreshError, match="holds no CSAF document"):
+        refresh.read_sources({"mirror_dir": str(empty), "max_documents": 10})
+
+
+def test_nvidias_bulletins_beside_the_checkout_add_nothing_to_the_bundled_catalog():
+    """The refresh over the 47 real documents of ../shared (a flat mirror): the bundled catalog
+    already holds every entry, equal on every CSAF field."""
+    if not os.path.isdir(csaf_docs.SHARED_CSAF):
+        pytest.skip("NVIDIA's CSAF bulletins are not beside the checkout (%s is absent)" % csaf_docs.SHARED_CSAF)
+    results = refresh.read_sources({"mirror_dir": csaf_docs.SHARED_CSAF, "max_documents": 100, "verified": "2026-11-27"})
+    assert len(results) == 47
+    docs, summary = refresh.build_overlay(results, *load.load_bundled_docs())
+    assert docs == [] and summary["new_entries"] == [] and summary["differs"] == []
+    assert "5861" in summary["bulletins"]
 
 
 def _results(*docs):

@@ -274,3 +274,18 @@ def test_cli_check_and_merge_on_written_documents(tmp_path):
     assert diff.returncode == 1 and "driver-cve-2099-0001: not in the catalog (new)" in diff.stdout
     bad = _run(os.path.join(str(tmp_path), "missing.json"))
     assert bad.returncode == 2 and "missing.json" in bad.stderr
+
+
+def test_cli_skips_unknown_products_only_when_asked(tmp_path):
+    doc = docs.driver_bulletin()
+    doc["product_tree"]["branches"][0]["branches"].append(
+        docs.arch("Android-P", docs.row("tv_aff", "SHIELD TV", "All versions prior to 9.2")))
+    doc["vulnerabilities"][1]["product_status"]["known_affected"].append("tv_aff")
+    path = docs.write(tmp_path, doc)
+    refused = _run(path)
+    assert refused.returncode == 2 and "unknown product 'SHIELD TV'" in refused.stderr
+    skipped = _run("--skip-unknown-products", path)
+    assert skipped.returncode == 0, skipped.stderr
+    assert "not imported: tv_aff (SHIELD TV Android-P: All versions prior to 9.2): a product that is not a component" \
+        in skipped.stderr
+    assert "driver-cve-2099-0002" in skipped.stdout
