@@ -33,8 +33,9 @@ them into structured conditions when reviewing.
 
 Nothing in a document is trusted: ``parse_json`` parses under ``plugin_utils/parse_bound.py``
 (size MAX_BYTES, nesting MAX_DEPTH, UTF-8, then no NaN/Infinity anywhere), every field is type-checked where
-it is read (a wrong type is a CsafError naming the field), and ``load_path``/``load_bytes`` put
-a wall-clock bound (DEADLINE) around each document. ``combine`` keeps one entry per id across
+it is read (a wrong type is a CsafError naming the field), and its callers
+(``scripts/import_csaf.py``, ``refresh.py``) put a wall-clock bound (``deadline``, DEADLINE) around
+each document. ``combine`` keeps one entry per id across
 documents (the newer revision of one bulletin wins; a CVE that two bulletins list is merged,
 see ``merge_advisories``); ``plan_merge`` builds and validates the merged catalog in memory,
 with the audit's own reader and validator, before anything is written, and ``write_files``
@@ -238,16 +239,10 @@ def read_document(path):
             raise CsafError("not a regular file")
         if st.st_size > MAX_BYTES:
             raise CsafError("larger than %d bytes (%d)" % (MAX_BYTES, st.st_size))
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = fileutil.read_fd(fd, MAX_BYTES)
     finally:
         os.close(fd)
-    return parse_json(b"".join(chunks))
+    return parse_json(data)
 
 
 class UnknownProduct(CsafError):
