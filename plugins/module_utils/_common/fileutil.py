@@ -415,7 +415,7 @@ class NodeFile(object):
             self._refuse("read", "nothing was read")
         fd, _fst = self._open_source()
         try:
-            return _read_fd(fd, limit)
+            return read_fd(fd, limit)
         finally:
             _close(fd)
 
@@ -573,7 +573,7 @@ class NodeFile(object):
         dest = None
         try:
             if expected is not None:
-                data = _read_fd(src, len(expected))
+                data = read_fd(src, len(expected))
                 if data != expected:
                     raise ContentChanged(errno.EAGAIN, "%s changed since it was read; left in place" % self.path,
                                          self.path)
@@ -607,7 +607,9 @@ def _same_file(a, b):
         (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns, b.st_ctime_ns)
 
 
-def _read_fd(fd, limit=None):
+def read_fd(fd, limit=None):
+    """What the open ``fd`` holds from its position, read to its end; with ``limit``, at most
+    ``limit`` + 1 bytes, so that more than ``limit`` says the source is larger than the bound."""
     chunks = []
     total = 0
     while limit is None or total <= limit:

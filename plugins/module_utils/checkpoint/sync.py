@@ -445,18 +445,11 @@ def read_checkpoint(path):
         if st.st_size > MAX_CHECKPOINT_BYTES:
             raise MalformedCheckpoint("file is %d bytes, larger than any device checkpoint "
                                       "(limit %d)" % (st.st_size, MAX_CHECKPOINT_BYTES))
-        chunks = []
-        total = 0
-        while total <= MAX_CHECKPOINT_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_CHECKPOINT_BYTES + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > MAX_CHECKPOINT_BYTES:
+        data = fileutil.read_fd(fd, MAX_CHECKPOINT_BYTES)
+        if len(data) > MAX_CHECKPOINT_BYTES:
             raise MalformedCheckpoint("file grew past %d bytes while being read"
                                       % MAX_CHECKPOINT_BYTES)
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

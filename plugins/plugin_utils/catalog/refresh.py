@@ -196,16 +196,10 @@ def _read_file(path):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise csaf.CsafError("not a regular file")
-        chunks, size = [], 0
-        while size <= csaf.MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, csaf.MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > csaf.MAX_BYTES:
+        data = fileutil.read_fd(fd, csaf.MAX_BYTES)
+        if len(data) > csaf.MAX_BYTES:
             raise csaf.CsafError("larger than %d bytes" % csaf.MAX_BYTES)
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 
@@ -266,19 +260,13 @@ def read_overlay(path):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RefreshError("the catalog overlay %s is not a regular file" % path)
-        chunks, size = [], 0
-        while size <= OVERLAY_MAX_BYTES:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > OVERLAY_MAX_BYTES:
+        data = fileutil.read_fd(fd, OVERLAY_MAX_BYTES)
+        if len(data) > OVERLAY_MAX_BYTES:
             raise RefreshError("the catalog overlay %s is larger than %d bytes" % (path, OVERLAY_MAX_BYTES))
     finally:
         os.close(fd)
     try:
-        docs = load.parse_document(b"".join(chunks), path)
+        docs = load.parse_document(data, path)
     except catalog_validate.CatalogError as e:
         raise RefreshError(str(e))
     if docs is None:
