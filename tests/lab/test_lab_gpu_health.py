@@ -1,4 +1,4 @@
-"""GPU hardware health on the lab (issue 16): the audit playbook against a control node and a
+"""GPU hardware health on the lab: the audit playbook against a control node and a
 node carrying every hardware fault of lab/profiles/gpu-health.yml, one per GPU:
 
 * GPU 0: a row marked for remapping (fake NVML ``health``) and Xid 63 in the kernel log;

@@ -1,4 +1,4 @@
-"""The NVIDIA node stack on the lab (issue 14): lab/profiles/node-stack.yml boots two HGX-like
+"""The NVIDIA node stack on the lab: lab/profiles/node-stack.yml boots two HGX-like
 nodes (four NVSwitches on each node's PCI tree) with toolkit 1.14.6:
 
 * stack-legacy: the legacy hook, fabric manager 570.158.01 with driver 570.172.08;

@@ -211,7 +211,7 @@ def test_the_boot_loaders_default_decides_whatever_the_flavour(lab, ansible):
 
 def test_key_only_skip_label_keeps_every_role_away(lab, ansible):
     """The documented key-only kubegpu_skip_label (the label with any value) in the kubelet,
-    driver and device_plugin roles, as remediate runs them (the kubelet role used to refuse it)."""
+    driver and device_plugin roles, as remediate runs them (each role accepts it)."""
     lab.kubectl("label", "node", "rn-idle", "kubegpu.io/maintenance=until-friday", "--overwrite")
     role_vars = {"kubegpu_skip_label": "kubegpu.io/maintenance", "kubegpu_driver_drain": False}
     play = [{"hosts": "rn-idle", "gather_facts": False, "vars": role_vars, "tasks": [

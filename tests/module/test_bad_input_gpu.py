@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Bad-input corpus for the GPU, driver, cgroup and audit modules (issue 13, items 4-6).
+"""Bad-input corpus for the GPU, driver, cgroup and audit modules.
 
 Each module gets at least ten hostile or malformed inputs - empty, binary, huge, deeply nested,
 FIFO, symlink loop, wrong option types, non-UTF-8, out-of-range options - run through the real

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Bad-input corpus for kubelet_facts, kubelet_config and checkpoint_sync (issue 13, item 9).
+"""Bad-input corpus for kubelet_facts, kubelet_config and checkpoint_sync.
 
 Every hostile or malformed input goes through the real module (ansible-playbook on localhost,
 one playbook per module with one task per input and ``ignore_errors``). For each input the

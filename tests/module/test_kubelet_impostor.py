@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""An unprivileged impostor named ``kubelet`` beside a real-shaped kubelet (issue 13, item 1).
+"""An unprivileged impostor named ``kubelet`` beside a real-shaped kubelet.
 
 Real processes, real procfs, the real modules through ansible-playbook. Both processes run in a
 private PID namespace whose procfs is mounted for the test (``proc_path``), so the lab nodes'

@@ -1,4 +1,4 @@
-"""No action plugin imports another action plugin (issue 15): code shared between action
+"""No action plugin imports another action plugin: code shared between action
 plugins lives in plugins/plugin_utils (e.g. catalog/load.py for the known-bad catalog)."""
 import ast
 import os

@@ -526,7 +526,7 @@ def test_audit_plain_tree_list_mode(tmp_path):
                               "missing": ["nvidia-uvm"], "diagnosis": by[CID[::-1]]["diagnosis"]}]
 
 
-# ------------------------------------------------------------ hostile devices.list (issue 13)
+# ------------------------------------------------------------ hostile devices.list
 
 def test_huge_devices_list_is_too_large_not_a_parse_error(tmp_path):
     leaf = tmp_path / "c"

@@ -242,7 +242,7 @@ def test_apply_facts_fills_only_unknowns():
     assert detection["probe"]["status"] == "ok"
 
 
-# ------------------------------------------------------------ bounded_runner (issue 13)
+# ------------------------------------------------------------ bounded_runner
 
 def _script(tmp_path, body):
     path = tmp_path / "tool"

@@ -390,8 +390,8 @@ def test_rpm_version_cmp_non_ascii_digits(digits):
 
 @pytest.mark.parametrize("digits", HOSTILE_DIGITS)
 def test_plan_apt_with_a_non_ascii_epoch_in_madison(digits):
-    """A source listing ``²:570.172.08-0ubuntu1`` (hostile or corrupt) used to raise ValueError
-    while picking the candidate; it now counts as epoch 0 and the real revision wins."""
+    """A source listing ``²:570.172.08-0ubuntu1`` (hostile or corrupt) raises nothing while the
+    candidate is picked: its epoch counts as 0 and the real revision wins."""
     installed = dpkg_rows([("nvidia-driver-570", OLD + REV), ("libnvidia-compute-570", OLD + REV)])
     avail = du.parse_apt_cache_madison(madison({
         n: ["%s:%s%s" % (digits, NEW, REV), NEW + "-0ubuntu2"]

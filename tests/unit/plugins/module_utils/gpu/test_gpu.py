@@ -648,7 +648,7 @@ def test_dev_char_links_checked_against_real_nodes(tmp_path):
     assert dev_char_link_ok(str(dev), 195, 1) is False
 
 
-# ------------------------------------------------------------------ hostile procfs (issue 13)
+# ------------------------------------------------------------------ hostile procfs
 
 def test_procfs_gpus_counts_only_entries_with_a_readable_information_file(tmp_path):
     proc = fakenvml.write_procfs(str(tmp_path / "proc"), gpus=[fakenvml.gpu(0)])

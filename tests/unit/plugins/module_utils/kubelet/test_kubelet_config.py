@@ -345,8 +345,8 @@ def test_coerced_settings_are_written_with_their_types():
 @pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff15"])
 @pytest.mark.parametrize("key", ["nodefs.inodesFree", "imagefs.inodesFree", "pid.available"])
 def test_eviction_count_that_is_not_ascii_digits_is_refused(key, digits):
-    """'²'.isdigit() is True: such a count used to pass as a number and be written for the
-    kubelet, which refuses it (its quantities are ASCII). It fails naming the key now."""
+    """'²'.isdigit() is True, but the kubelet refuses such a count (its quantities are ASCII):
+    it is not taken as a number and fails naming the key."""
     with pytest.raises(kc.SettingsError, match=r"^evictionHard %s: " % key.replace(".", r"\.")):
         kc.complete_eviction_hard({}, {key: digits})
     assert kc.complete_eviction_hard({}, {key: "1000"})[key] == "1000"

@@ -223,7 +223,7 @@ def test_admission_blocked_from_kubelet_journal_alone():
     assert fd.evaluate_node({"kubelet": young}, pending_threshold_s=300) == []
 
 
-# ------------------------------------------------------------- malformed input (issue 13)
+# ------------------------------------------------------------- malformed input
 
 @pytest.mark.parametrize("node, problem", [
     ({"metadata": None}, "metadata is missing or null"),
