@@ -119,7 +119,7 @@ options:
         documents of other components are validated and otherwise left to the audit.
       - An id that already exists in the bundled catalog is an error; skip the bundled entry
         with O(skip_entries) and add yours under a new id.
-      - Catalog v1 entries (the retired C(known_bad_drivers.yml) format) are refused.
+      - Anything else (a bare entry, a list of entries) is refused.
     type: raw
   skip_entries:
     description:

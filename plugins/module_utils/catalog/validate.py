@@ -531,9 +531,8 @@ def document_list(value, source):
         if not isinstance(doc, dict) or "schema_version" not in doc:
             raise CatalogError(
                 "item %d is not a catalog v2 document: %s takes documents shaped like a file in "
-                "catalog/v2/ (schema_version: 2, component, version_scheme, entries); v1 entries "
-                "(known_bad_drivers.yml) are no longer accepted, see catalog/README.md section "
-                "catalog_extra" % (n, source), source)
+                "catalog/v2/ (schema_version: 2, component, version_scheme, entries), see "
+                "catalog/README.md section catalog_extra" % (n, source), source)
     return value
 
 
