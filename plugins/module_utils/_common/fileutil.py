@@ -49,6 +49,7 @@ __metaclass__ = type
 import binascii
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import stat
@@ -407,6 +408,27 @@ class NodeFile(object):
             raise
         return fd, fst
 
+    def lock(self):
+        """An exclusive ``flock(2)`` on this file, created empty (0600) in the held directory when
+        it is missing; returns the open descriptor, whose close releases the lock. The file's
+        content is never read or written: it only names the lock."""
+        if self.problem:
+            self._refuse("lock", "nothing was locked")
+        fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
+                     dir_fd=self.dfd)
+        try:
+            fst = os.fstat(fd)
+            what = self.real_path
+            problem = (file_kind(fst.st_mode) + ", not a regular file") if not stat.S_ISREG(fst.st_mode) \
+                else _owner_mode_problem(fst, what)
+            if problem:
+                raise _refusal(errno.EPERM, "refusing to lock %s: %s" % (self.path, problem), self.path, problem)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            _close(fd)
+            raise
+        return fd
+
     def read(self, limit=None):
         """The file's bytes (at most ``limit`` + 1 with ``limit``); None when it does not exist."""
         if self.st is None:
@@ -651,6 +673,18 @@ def remove_file(path, expected=None, backup=True):
     backup's path or None."""
     with NodeFile(path, action="remove") as f:
         return f.remove(expected, backup)
+
+
+@contextlib.contextmanager
+def lock_file(path):
+    """Hold an exclusive lock named by the file ``path`` (created 0600 through the same walk when
+    missing; see :meth:`NodeFile.lock`) for the ``with`` body."""
+    with NodeFile(path, action="lock") as f:
+        fd = f.lock()
+    try:
+        yield
+    finally:
+        _close(fd)
 
 
 def make_dirs(path, mode=0o755):

@@ -23,7 +23,6 @@ the store holds it at that moment, and both read every record back checked
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil, safe_io
@@ -147,11 +146,10 @@ class DirectoryStore(object):
     def _lock(self):
         try:
             fileutil.make_dirs(self.nodes, mode=0o750)
-            fd = os.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with fileutil.NodeFile(os.path.join(self.path, ".lock"), action="lock") as lock:
+                return lock.lock()   # an exclusive flock held until publish closes the descriptor
         except OSError as e:
             raise StoreError("cannot use the result directory %s: %s" % (self.path, e))
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
 
     def _read_one(self, name):
         try:
