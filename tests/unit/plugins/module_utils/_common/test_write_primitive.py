@@ -439,3 +439,40 @@ def test_root_never_writes_into_a_group_writable_directory_of_its_own_group(etc)
     os.chmod(str(etc), 0o775)
     refused(lambda: fileutil.write_file(str(etc / "config.toml"), b"new = 2\n"), "writable by group")
     assert (etc / "config.toml").read_bytes() == b"old = 1\n"
+
+
+def _locked_elsewhere(path):
+    """Whether another open file description cannot take the lock now (LOCK_NB)."""
+    import fcntl
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_lock_file_creates_a_private_empty_file_and_holds_the_lock(etc):
+    path = etc / ".lock"
+    with fileutil.lock_file(str(path)):
+        st = os.lstat(str(path))
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 0
+        assert _locked_elsewhere(path)
+    assert not _locked_elsewhere(path)
+    with fileutil.lock_file(str(path)):   # an existing lock file is reused
+        assert _locked_elsewhere(path)
+
+
+def test_lock_file_refuses_a_symlink_of_another_uid_and_a_file_others_can_write(etc):
+    os.symlink(str(etc / "config.toml"), str(etc / "link.lock"))
+    os.lchown(str(etc / "link.lock"), NOBODY, NOBODY)
+    before = snapshot(etc / "config.toml")
+    refused(lambda: fileutil.lock_file(str(etc / "link.lock")).__enter__(), "refusing to lock")
+    assert snapshot(etc / "config.toml") == before
+    shared = etc / "shared.lock"
+    shared.write_bytes(b"")
+    os.chmod(str(shared), 0o666)
+    refused(lambda: fileutil.lock_file(str(shared)).__enter__(), "refusing to lock", "writable")
+    assert not _locked_elsewhere(shared)
