@@ -267,7 +267,7 @@ unreachable_node:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import run_probe_module
-from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.node_run import audit_node_run
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import audit_node_run
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import audit_argument_spec
 
 

@@ -332,7 +332,7 @@ def test_failing_probes_fail_alone(ansible, node, tmp_path):
 def test_a_raising_probe_becomes_that_probes_error():
     """An unexpected exception in one probe is captured with where it was raised, never a
     traceback (unit level: no option combination makes the real helpers raise)."""
-    from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.node_run import run_probe as _run_probe
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import run_probe as _run_probe
 
     def boom(warn):
         warn("about to fail")

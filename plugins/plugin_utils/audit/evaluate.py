@@ -3,8 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The audit's evaluation on the controller: node facts in, findings out.
 
-:func:`evaluate_node` runs every node rule of the registry (audit/rules/registry.py) over one
-node's context, :func:`evaluate_cluster` the cluster rules over the cluster view. Shared by the
+:func:`evaluate_node` runs every node rule (:data:`NODE_RULES`, in order; the rules live in
+audit/rules/, one file per area) over one node's context, :func:`evaluate_cluster` the cluster
+rules (:data:`CLUSTER_RULES`) over the cluster view. A rule takes the node context (a cluster
+rule: the device plugin DaemonSet summaries of the cluster view) and returns findings, created
+only through ``finding_types.finding``; a rule entry names the evaluation options it takes
+(keyword arguments named as :func:`evaluate_node` names them). Shared by the
 kubegpu.fleet.audit_node action (probes and evaluation in one task, audit/node_audit.py) and the
 deprecated kubegpu.fleet.audit_evaluate (:data:`ACTION`: evaluation of results gathered by other
 tasks): option checks, the catalog v2 for the evaluation, and the ``kubegpu_audit`` fact that
@@ -12,6 +16,7 @@ kubegpu.fleet.audit_report aggregates.
 """
 from __future__ import annotations
 
+import collections
 import math
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probe_options
@@ -20,9 +25,44 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.coverage import coverage
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.fields import as_dict
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import finding, unknown_ids_message
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules.probes import rule_coverage
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules.registry import CLUSTER_RULES, NODE_RULES
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import (
+    catalog,
+    checkpoint,
+    cluster,
+    devices,
+    driver,
+    gpu,
+    kubelet,
+    lifecycle,
+    probes,
+)
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+
+Rule = collections.namedtuple("Rule", ("name", "function", "options"))
+
+NODE_RULES = (
+    Rule("driver", driver.rule_driver, ()),
+    Rule("nvml", driver.rule_nvml, ()),
+    Rule("admission", kubelet.rule_admission, ("pending_threshold_s",)),
+    Rule("cpumanager", devices.rule_cpumanager, ()),
+    Rule("uvm", devices.rule_uvm, ()),
+    Rule("cgroups", devices.rule_cgroups, ()),
+    Rule("checkpoint", checkpoint.rule_checkpoint, ()),
+    Rule("memory", kubelet.rule_memory, ("memory_min_fraction",)),
+    Rule("api_node", kubelet.rule_api_node, ()),
+    Rule("gpu_presence", gpu.rule_gpu_presence, ("expected_gpus",)),
+    Rule("gpu_xid", gpu.rule_gpu_xid, ()),
+    Rule("nvswitch", gpu.rule_nvswitch, ()),
+    Rule("gpu_health", gpu.rule_gpu_health, ()),
+    Rule("catalog", catalog.rule_catalog, ()),
+    Rule("driver_lifecycle", lifecycle.rule_unsupported_branch, ()),
+    Rule("fabricmanager", catalog.rule_fabricmanager, ()),
+    Rule("module_failures", probes.rule_module_failures, ()),
+)
+
+CLUSTER_RULES = (
+    Rule("device_plugin_outdated", cluster.rule_device_plugin_outdated, ()),
+)
 
 # Exceptions a rule raises on a node result of an unexpected shape: reported as
 # audit.module_failed for that rule, and the other rules still run.
@@ -39,7 +79,7 @@ def evaluate_node(ctx, pending_threshold_s=_DEFAULTS["pending_threshold"],
     """All findings for one node. ``ctx`` keys: nvidia, kubelet, driver_guard, checkpoint,
     cgroups, stack, api, catalog, errors (probe name -> message). ``expected_gpus``: the GPUs the
     inventory says the node has (None: not checked). Findings whose id is in ``skip`` are left out.
-    ``rules``: the registry's node rules, in order."""
+    ``rules``: the node rules, in order (:data:`NODE_RULES`)."""
     ctx = as_dict(ctx)
     options = {"pending_threshold_s": pending_threshold_s, "memory_min_fraction": memory_min_fraction,
                "expected_gpus": expected_gpus}
@@ -103,7 +143,7 @@ def evaluate(node, ctx, args):
                              memory_min_fraction=args["memory_min_fraction"], skip=args["skip"],
                              expected_gpus=args.get("expected_gpus"))
     cov = coverage(ctx)
-    findings = rule_coverage(cov, args["skip"]) + findings
+    findings = probes.rule_coverage(cov, args["skip"]) + findings
     return findings, {"node": node, "status": "audited", "findings": findings, "coverage": cov,
                       "labels": node_labels(as_dict(ctx).get("api"))}
 

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
-"""Unit tests for plugins/module_utils/audit/node_run.py, the body of kubegpu.fleet.audit_node:
+"""Unit tests for the end of plugins/module_utils/audit/probes.py, the body of kubegpu.fleet.audit_node:
 one probe's failure or exception becomes its failed result, the real registered probes run
 on an empty node, and the summary message."""
 import subprocess
 
 import pytest
 
-from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import node_run, probes
+from ansible_collections.kubegpu.fleet.plugins.module_utils.audit import probes
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common.node_probes import ProbeFailed
 
 
@@ -49,7 +49,7 @@ def test_probe_failed_keeps_its_result_keys_and_warnings():
         raise ProbeFailed("no catalog", driver_version="570.1", changed=True)
 
     warned = []
-    res = node_run.run_probe("driver_guard", failing, warned.append)
+    res = probes.run_probe("driver_guard", failing, warned.append)
     # the probe's keys are kept, failed/msg are the failure's (changed as the probe said)
     assert res == {"changed": True, "driver_version": "570.1", "failed": True, "msg": "no catalog",
                    "warnings": ["first"]}
@@ -60,11 +60,11 @@ def test_an_exception_is_captured_with_where_it_was_raised():
     def boom(warn):
         return {}["nvidia"]
 
-    res = node_run.run_probe("gpu_facts", boom, lambda w: None)
+    res = probes.run_probe("gpu_facts", boom, lambda w: None)
     assert res["msg"] == "gpu_facts probe raised KeyError: 'nvidia'" and res["failed"] is True
     assert res["raised_at"].startswith("test_audit_node_run.py:")
     assert res["raised_at"].endswith(" in boom") and "warnings" not in res
-    assert node_run.raised_at(ValueError("never raised")) is None
+    assert probes.raised_at(ValueError("never raised")) is None
 
 
 def test_summary_counts_in_registry_order():
@@ -73,16 +73,16 @@ def test_summary_counts_in_registry_order():
     results[names[-1]] = {"failed": True}
     results[names[1]] = {"failed": True}
     results[names[2]] = {"skipped": True}
-    failed, msg = node_run.summary(results)
+    failed, msg = probes.summary(results)
     assert failed == [names[1], names[-1]]
     assert msg == "%d probes run, 1 skipped, 2 failed: %s, %s" % (len(names) - 1, names[1], names[-1])
-    assert node_run.summary(dict((n, {}) for n in names))[1] == "%d probes run, 0 skipped, 0 failed" % len(names)
+    assert probes.summary(dict((n, {}) for n in names))[1] == "%d probes run, 0 skipped, 0 failed" % len(names)
 
 
 def test_audit_node_run_on_an_empty_node(tmp_path):
     host = Host()
     clock = iter(range(100))
-    res = node_run.audit_node_run(empty_node(tmp_path), host, lambda: float(next(clock)))
+    res = probes.audit_node_run(empty_node(tmp_path), host, lambda: float(next(clock)))
     assert sorted(res) == ["changed", "elapsed", "failed_probes", "msg", "probes"]
     assert res["changed"] is False and list(res["probes"]) == list(probes.NAMES)
     assert res["failed_probes"] == ["driver_guard"]
@@ -101,7 +101,7 @@ def test_a_bad_timeout_fails_before_any_probe_runs(tmp_path, timeout):
     host = Host()
     clock_calls = []
     with pytest.raises(ProbeFailed) as e:
-        node_run.audit_node_run(empty_node(tmp_path, timeout=timeout), host,
+        probes.audit_node_run(empty_node(tmp_path, timeout=timeout), host,
                                 lambda: clock_calls.append(1) or 0.0)
     assert e.value.msg.startswith("timeout ") and e.value.result == {}
     assert clock_calls == [] and host.commands == [] and host.warned == []

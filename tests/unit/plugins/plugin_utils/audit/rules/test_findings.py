@@ -7,7 +7,8 @@ import pytest
 from ansible_collections.kubegpu.fleet.plugins.module_utils.kubelet.facts import gather_kubelet_facts
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import cluster_view as cl
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as fd
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import devices, registry
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate as registry
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import devices
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KUBELET_FIXTURES = os.path.join(HERE, "..", "..", "..", "..", "..", "fixtures", "kubelet")
