@@ -76,7 +76,7 @@ def timed(func, *args):
 
 def report_step(records, rejected, run_id, dest):
     t = {}
-    (nodes, run_records), t["fleet_s"] = timed(fleet.fleet_nodes, records, rejected, run_id)
+    (nodes, run_records, _out), t["fleet_s"] = timed(fleet.fleet_nodes, records, rejected, run_id)
     report, t["build_s"] = timed(lambda: build.build_report(nodes, generated_at=RUN2, run={"id": run_id}))
     _r, t["changes_s"] = timed(fleet.annotate_changes, report, run_records, run_id, rejected)
     sizes = {}

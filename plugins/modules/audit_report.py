@@ -39,8 +39,7 @@ options:
       - Every stored result is checked (size, schema, node name, run id, digest); one that fails is not
         used, its node is listed as C(not_audited) with the reason and the report's C(changes.rejected)
         names it.
-      - Every node the cluster (its GPU Nodes, with O(store=kubernetes)), the inventory (O(known_nodes)) or
-        the store knows that has no result of the run is listed with status C(not_audited).
+      - Every node of the run's O(scope) that has no result of the run is listed with status C(not_audited).
       - Each finding gets C(first_seen), C(known_days) and C(change) (C(new) or C(persisting)), each node
         C(previous_run) and C(resolved) (findings of its previous result that are gone), and the report a
         C(changes) section with the fleet's new, resolved and persisting findings.
@@ -61,6 +60,19 @@ options:
     type: list
     elements: str
     default: []
+  scope:
+    description:
+      - The nodes the run declared it covers, for O(store).
+      - C(fleet) - the whole fleet - every GPU Node of the cluster (with O(store=kubernetes)), every node in
+        O(known_nodes) and every node the store holds a result of; a node no slice covered is C(not_audited)
+        (an inventory that lost a node shows).
+      - C(targets) - the run was pointed at part of the fleet (a pool, C(kubegpu_targets), C(--limit)) - only
+        O(known_nodes) (and the nodes the run itself published) are in scope; the cluster's other GPU Nodes
+        and stored results of other nodes are out of scope, counted in the report's C(run.nodes_out_of_scope)
+        (named in C(run.out_of_scope)), never listed as not audited.
+    type: str
+    default: fleet
+    choices: [fleet, targets]
   dest:
     description: Directory on the controller for the report files.
     type: path

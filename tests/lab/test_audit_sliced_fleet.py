@@ -11,9 +11,10 @@ Each slice runs in its own pod: here its own process with an empty HOME, TMPDIR 
 
 Against the lab's Kubernetes API double (the store: annotations and conditions on the Nodes) and
 seven local "nodes" whose NVIDIA trees differ (each host's proc/dev paths): the unsliced run and the
-sliced run give the same findings per node; a node the cluster has and the inventory lacks is not
-audited; fail_on fails the report step once and no slice; after one node is fixed the next sliced
-run reports that finding resolved and the others persisting with the first run's first-seen time.
+sliced run give the same entry per node (status, findings, coverage, node pool); a node the cluster
+has and the inventory lacks is not audited; fail_on fails the report step once and no slice; after
+one node is fixed the next sliced run reports that finding resolved and the others persisting with
+the first run's first-seen time; a run pointed at one pool lists that pool's nodes only.
 """
 import collections
 import json
@@ -34,6 +35,7 @@ REPORT = os.path.join(REPO, "playbooks", "audit_fleet_report.yml")
 HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f", "gpu-g"]   # byte order = PostgreSQL's here
 NO_UVM = ("gpu-b", "gpu-e")          # /dev/nvidia-uvm never created: uvm.node_missing (critical)
 LEFT_OUT = "gpu-h"                   # a GPU Node the inventory does not have
+TRAIN = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")   # the Node label pool=train; the others pool=infer
 REPORT_TASK = "kubegpu.fleet.audit : Write the fleet audit report"
 FAIL_TASK = "kubegpu.fleet.audit : Fail on findings at or above critical"
 
@@ -89,7 +91,8 @@ def job(tmp_path, proc, label, playbook, inventory, extra_vars):
     if proc is not None:   # the AWX Kubernetes credential injects K8S_AUTH_*
         env["K8S_AUTH_KUBECONFIG"] = proc.kubeconfig
     ev = dict({"kubegpu_audit_report_dir": str(pod / "report"), "kubegpu_audit_formats": ["json", "prometheus"],
-               "kubegpu_audit_xid": False, "kubegpu_audit_store": "kubernetes"}, **extra_vars)
+               "kubegpu_audit_xid": False, "kubegpu_audit_store": "kubernetes", "kubegpu_audit_group_label": "pool"},
+              **extra_vars)
     res = runner.playbook(playbook, inventory=inventory, env=env, extra_vars=ev, timeout=900)
     report = None
     path = pod / "report" / "kubegpu-audit.json"
@@ -128,14 +131,36 @@ def sliced_run(tmp_path, proc, inventory_base, label, workflow_id, first_job_id,
     return slices, res, report
 
 
+# what says how a finding or node changed since the previous run (it differs from run to run)
+CHANGE_KEYS = ("first_seen", "known_days", "change", "previous_run", "resolved")
+
+
+def node_entries(report):
+    """Each node's whole entry (status, error, findings, coverage, group, ...) but what changed since
+    the previous run (and, for a node not audited, the reason: it names the run)."""
+    out = {}
+    for n in report["nodes"]:
+        e = dict((k, v) for k, v in n.items() if k not in CHANGE_KEYS)
+        e["findings"] = [dict((k, v) for k, v in f.items() if k not in CHANGE_KEYS) for f in n["findings"]]
+        if e["status"] == "not_audited":
+            e["error"] = "not audited"
+        out[n["name"]] = e
+    return out
+
+
 def findings_by_node(report):
     keep = ("id", "severity", "title", "evidence", "remediation", "references")
     return dict((n["name"], (n["status"], [dict((k, f.get(k)) for k in keep) for f in n["findings"]]))
                 for n in report["nodes"])
 
 
+def pool(name):
+    return "train" if name in TRAIN else "infer"
+
+
 def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double_factory):
-    proc = api_double_factory(seed=[node(n) for n in HOSTS + [LEFT_OUT]] + [node("cpu-0", gpus=0)])
+    proc = api_double_factory(seed=[node(n, labels={"pool": pool(n)}) for n in HOSTS + [LEFT_OUT]]
+                              + [node("cpu-0", gpus=0)])
     base = str(tmp_path / "nodes")
     for name in HOSTS:
         node_tree(base, name)
@@ -152,6 +177,13 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     by = findings_by_node(unsliced)
     assert by[LEFT_OUT] == ("not_audited", []) and "cpu-0" not in by
     assert sorted(n for n, (_s, f) in by.items() if "uvm.node_missing" in [x["id"] for x in f]) == list(NO_UVM)
+    entries = node_entries(unsliced)
+    for name in HOSTS:   # what the audit saw and the node's pool come back from the store
+        assert entries[name]["coverage"]["status"] == "gpu_node", entries[name]
+        assert entries[name]["coverage"]["checks"]["driver"]["state"] == "yes"
+        assert entries[name]["group"] == pool(name)
+    assert unsliced["summary"]["by_group"]["label"] == "pool"
+    assert unsliced["run"]["scope"] == "fleet" and unsliced["run"]["nodes_out_of_scope"] == 0
     first_time = unsliced["generated_at"]
     stored = proc.client.state()["objects"]["nodes"]
     gpu_b = [n for n in stored if n["metadata"]["name"] == "gpu-b"][0]
@@ -169,6 +201,9 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     assert all(FAIL_TASK not in [t["_task"] for t in s.tasks() if not t.get("skipped")] for s in slices)
     assert sliced["run"]["id"] == "awx-workflow-200"
     assert findings_by_node(sliced) == by
+    assert node_entries(sliced) == entries
+    assert sliced["summary"]["by_group"] == unsliced["summary"]["by_group"]
+    assert sliced["summary"]["coverage"] == unsliced["summary"]["coverage"]
     assert sliced["summary"]["not_audited"] == [LEFT_OUT]
     assert sliced["summary"]["failing"] == unsliced["summary"]["failing"] == len(NO_UVM)
     assert sliced["changes"]["counts"]["new"] == 0 and sliced["changes"]["counts"]["resolved"] == 0
@@ -205,6 +240,16 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     assert third["summary"]["failing"] == 1 and third["summary"]["not_audited"] == [LEFT_OUT]
     prom = (tmp_path / "run3-report" / "report" / "kubegpu_audit.prom").read_text()
     assert 'kubegpu_finding_first_seen_timestamp_seconds{node="gpu-e",id="uvm.node_missing"' in prom
+
+    # 4. a run pointed at one pool: its nodes are reported, the cluster's other GPU Nodes (the infer
+    #    pool, gpu-h) are out of scope - counted, not listed as not audited
+    res, targeted, _pod = job(tmp_path, proc, "train", AUDIT, full_inv,
+                              {"awx_job_id": 400, "kubegpu_targets": ":".join(TRAIN)})
+    assert res.rc == 0, res.stdout[-3000:]
+    assert [n["name"] for n in targeted["nodes"]] == list(TRAIN)
+    assert targeted["summary"]["not_audited"] == [] and targeted["run"]["scope"] == "targets"
+    assert targeted["run"]["out_of_scope"] == sorted(set(HOSTS + [LEFT_OUT]) - set(TRAIN))
+    assert targeted["summary"]["failing"] == 0   # gpu-b's uvm.node_missing is fixed; gpu-e is out of scope
 
 
 def publish_play(hosts, store_args):

@@ -19,11 +19,18 @@ The report step in a workflow after the sliced node gets the slices' run id as
 workflow's aggregated artifacts to the next node: awx/main/models/workflow.py
 ``WorkflowJob.get_effective_artifacts``); without one it reports the newest run in the store.
 
-**The fleet.** ``fleet_nodes`` lists every node the cluster (its GPU Nodes) or the inventory
-knows: a node whose record is of the reported run is reported as that record says; any other
-node is ``not_audited`` - no record, an older run's (named, with its time), or a record that
-failed the checks (the reason). ``kubegpu_audit_fail_on`` is then applied by the report to the
-whole fleet, once.
+**The fleet.** ``fleet_nodes`` lists every node in the run's scope: a node whose record is of
+the reported run is reported as that record says; any other node of the scope is
+``not_audited`` - no record, an older run's (named, with its time), or a record that failed the
+checks (the reason). ``kubegpu_audit_fail_on`` is then applied by the report to the whole fleet,
+once. The scope (``SCOPES``) is what the run declared it covers:
+
+* ``fleet`` - the whole fleet: every GPU Node the cluster has, every node the inventory knows and
+  every node the store holds a result of (a node the inventory lost is not audited);
+* ``targets`` - the nodes the run was pointed at (``kubegpu_targets``, ``--limit``: the known
+  nodes). Other GPU Nodes of the cluster, and stored results of nodes outside it, are *out of
+  scope*: counted, never listed as not audited. A node of the run's own records is always
+  listed (a slice audited it).
 
 **What changed.** ``annotate_changes`` adds to each finding of the report its ``first_seen``
 time and ``change`` (``new`` or ``persisting``) against the node's previous result, to each node
@@ -37,6 +44,7 @@ import os
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import results
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gpu_nodes
 
+SCOPES = ("fleet", "targets")
 AWX_RUN_VARS = ("awx_workflow_job_id", "awx_job_id", "tower_workflow_job_id", "tower_job_id")
 
 
@@ -74,23 +82,31 @@ def select_run(records, run_id=None):
     return newest["run"]["id"]
 
 
-def fleet_nodes(records, rejected, run_id, known=(), cluster_nodes=None):
+def fleet_nodes(records, rejected, run_id, known=(), cluster_nodes=None, scope="fleet"):
     """``build_report``'s nodes for run ``run_id``: the nodes of the run's records, and every other
-    node known to the inventory (``known``: node names), the cluster (``cluster_nodes``: its GPU
-    Nodes) or the store, as ``not_audited`` with the reason. Returns ``(nodes, run_records)``."""
-    names = set(records) | set(rejected) | set(n for n in known if n)
+    node of the ``scope`` (see the module docstring) - known to the inventory (``known``: node
+    names), the cluster (``cluster_nodes``: its GPU Nodes) or the store - as ``not_audited`` with
+    the reason. Returns ``(nodes, run_records, out_of_scope)`` (``out_of_scope``: the sorted names
+    of the other nodes, not listed)."""
+    if scope not in SCOPES:
+        raise ValueError("scope must be one of %s, got %r" % (", ".join(SCOPES), scope))
+    everywhere = set(records) | set(rejected) | set(n for n in known if n)
     for node in cluster_nodes or []:
         if isinstance(node, dict) and gpu_nodes.is_gpu_node(node):
             name = gpu_nodes.node_name(node)
             if isinstance(name, str) and name:
-                names.add(name)
+                everywhere.add(name)
+    if scope == "fleet":
+        names = everywhere
+    else:
+        names = set(n for n in known if n) | set(n for n, r in records.items() if r["run"]["id"] == run_id)
     out, run_records = [], {}
     for name in sorted(names):
         record = records.get(name)
         if record is not None and record["run"]["id"] == run_id:
             run_records[name] = record
             out.append({"name": name, "status": record["status"], "error": record["error"],
-                        "findings": record["findings"]})
+                        "findings": record["findings"], "coverage": record["coverage"], "labels": record["labels"]})
         elif record is not None:
             out.append({"name": name, "status": "not_audited", "findings": [],
                         "error": "not audited in run %s: the last result is of run %s at %s"
@@ -100,7 +116,7 @@ def fleet_nodes(records, rejected, run_id, known=(), cluster_nodes=None):
         else:
             out.append({"name": name, "status": "not_audited", "findings": [],
                         "error": "no slice of run %s published a result for this node" % run_id})
-    return out, run_records
+    return out, run_records, sorted(everywhere - names)
 
 
 def _days(since, until):

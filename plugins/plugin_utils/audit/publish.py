@@ -74,18 +74,20 @@ def publish_work(task, args):
     return out
 
 
-def read_fleet(where, run_id, known):
-    """``(nodes, run_records, rejected, run_id)`` of the run from the store ``where``."""
+def read_fleet(where, run_id, known, scope="fleet"):
+    """``(nodes, run_records, rejected, run_id, out_of_scope)`` of the run from the store ``where``
+    (``scope``: ``fleet.SCOPES``)."""
     records, rejected, cluster_nodes = where.read()
     chosen = fleet.select_run(records, run_id)
     if chosen is None:
         raise runner.ActionFailed("the %s store holds no audit result: publish a run first (kubegpu_audit_store)"
                                   % where.kind)
-    nodes, run_records = fleet.fleet_nodes(records, rejected, chosen, known=known, cluster_nodes=cluster_nodes)
+    nodes, run_records, out_of_scope = fleet.fleet_nodes(records, rejected, chosen, known=known,
+                                                         cluster_nodes=cluster_nodes, scope=scope)
     if not run_records:
         raise runner.ActionFailed("the %s store holds no result of run %s (runs found: %s)" % (
             where.kind, chosen, ", ".join(sorted(set(r["run"]["id"] for r in records.values()))) or "none"))
-    return nodes, run_records, rejected, chosen
+    return nodes, run_records, rejected, chosen, out_of_scope
 
 
 ACTION = runner.Action(ARGUMENT_SPEC, publish_work)

@@ -8,8 +8,12 @@ report, run once - can read every slice's nodes back. The same record goes to ei
 (``store.py``):
 
 ``{"schema": RECORD_SCHEMA, "schema_version": 1, "node", "run": {"id", "time"}, "status",
-"error", "findings": [report findings], "first_seen": {finding id: time}, "previous": {"run",
-"time", "findings": [ids]} | None, "digest"}``
+"error", "findings": [report findings], "coverage": {...} | None, "labels": {key: value},
+"first_seen": {finding id: time}, "previous": {"run", "time", "findings": [ids]} | None, "digest"}``
+
+* ``coverage`` is what the audit could see on the node (audit/coverage.py; None for a node the
+  audit did not reach) and ``labels`` the Node's labels as the audit saw them (the report groups
+  nodes by one of them): a report built from the store is the report the run itself would write.
 
 * ``first_seen`` is kept across runs: a finding id the node's previous record also had keeps its
   time, a new one gets this run's time (``make_record``).
@@ -27,9 +31,10 @@ On a Node (``node_annotations``, ``parse_node_annotations``, ``node_conditions``
 * ``kubegpu.io/audit-result``: a compact JSON summary any tool can read with kubectl - run id,
   time, status, each finding id with its severity, first-seen time and an evidence digest, the
   previous run's ids - at most :data:`SUMMARY_MAX` bytes;
-* ``kubegpu.io/audit-findings``: the full findings, zlib-compressed and base64-encoded, at most
-  :data:`FINDINGS_MAX` bytes; larger findings are left out (the summary says so and the report
-  shows the summary's ids, severities and digests);
+* ``kubegpu.io/audit-findings``: the full findings and coverage, zlib-compressed and
+  base64-encoded, at most :data:`FINDINGS_MAX` bytes; larger ones are left out (the summary says
+  so and the report shows the summary's ids, severities, digests and coverage status);
+* the labels are the Node's own (``metadata.labels``, read with the annotations);
 * one Node condition per finding area (``CONDITION_AREAS``, node-problem-detector style: status
   ``True`` when the area has findings), ``lastTransitionTime`` kept while the status holds; a node
   whose audit did not finish changes no area condition (nothing was seen) and says so in
@@ -46,8 +51,15 @@ import re
 import zlib
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import coverage as audit_coverage
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.evaluate import LABEL_TEXT_MAX, LABELS_MAX, node_labels
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.finding_types import TYPES
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build import SEVERITIES, json_safe
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build import (
+    SEVERITIES,
+    ReportError,
+    check_coverage as report_coverage,
+    json_safe,
+)
 
 RECORD_SCHEMA = "kubegpu.fleet/audit-node-result"
 RECORD_VERSION = 1
@@ -152,9 +164,49 @@ def node_findings(findings):
     return sorted(out, key=lambda f: (f["id"], digest(f)))
 
 
+def check_coverage(cov, node):
+    """A node's coverage (audit/coverage.py) as the record keeps it - the report's form
+    (``build.check_coverage``) within the bounds the audit writes it in - or None; raises
+    :class:`StoredResultError`."""
+    if cov is None:
+        return None
+    try:
+        out = report_coverage(cov, node)
+    except ReportError as e:
+        raise StoredResultError(str(e))
+    long_detail = [k for k, v in out["checks"].items() if len(v["detail"]) > audit_coverage.DETAIL_MAX + 3]
+    if long_detail:
+        raise StoredResultError("coverage check %s has a detail of more than %d characters"
+                                % (long_detail[0], audit_coverage.DETAIL_MAX + 3))
+    if out["reason"] is not None and len(out["reason"]) > ERROR_MAX:
+        raise StoredResultError("the coverage reason is more than %d characters" % ERROR_MAX)
+    if len(out["gpu_models"]) > audit_coverage.MODEL_MAX or any(len(m) > LABEL_TEXT_MAX for m in out["gpu_models"]):
+        raise StoredResultError("the coverage names more than %d GPU models or a model name of more than %d "
+                                "characters" % (audit_coverage.MODEL_MAX, LABEL_TEXT_MAX))
+    return out
+
+
+def check_labels(labels):
+    """The Node labels a record keeps (``{str: str}``, at most ``LABELS_MAX``, each key and value at
+    most ``LABEL_TEXT_MAX`` characters: evaluate.node_labels' bounds); None is ``{}``. Raises
+    :class:`StoredResultError`."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise StoredResultError("labels is not a mapping")
+    if len(labels) > LABELS_MAX:
+        raise StoredResultError("%d labels, more than the %d a record keeps" % (len(labels), LABELS_MAX))
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key \
+                or len(key) > LABEL_TEXT_MAX or len(value) > LABEL_TEXT_MAX:
+            raise StoredResultError("label %r is not a label key and value of at most %d characters"
+                                    % (key, LABEL_TEXT_MAX))
+    return dict(sorted(labels.items()))
+
+
 def make_record(entry, run_id, run_time, previous=None):
     """The record of one node's audit (``entry``: ``{"name", "status", "error"?, "findings"}`` as
-    ``write.audit_nodes`` gives) for run ``run_id`` at ``run_time``, with ``first_seen`` and
+    ``write.audit_nodes`` gives, with ``coverage`` and ``labels`` when audited) for run ``run_id`` at ``run_time``, with ``first_seen`` and
     ``previous`` carried from the node's stored record ``previous`` (a checked record or None)."""
     name = check_node_name(entry.get("name"))
     check_run_id(run_id)
@@ -191,7 +243,9 @@ def make_record(entry, run_id, run_time, previous=None):
     record = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": name,
               "run": {"id": run_id, "time": run_time}, "status": status,
               "error": None if error is None else str(error)[:ERROR_MAX],
-              "findings": findings, "first_seen": dict(sorted(first_seen.items())), "previous": baseline}
+              "findings": findings, "coverage": check_coverage(entry.get("coverage"), name),
+              "labels": check_labels(json_safe(entry.get("labels"))),
+              "first_seen": dict(sorted(first_seen.items())), "previous": baseline}
     record["digest"] = digest(findings)
     size = len(canonical(record).encode("utf-8", "surrogatepass"))
     if size > RECORD_MAX:
@@ -261,6 +315,7 @@ def check_record(doc, node=None):
     return {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": name,
             "run": {"id": run["id"], "time": run["time"]}, "status": doc["status"],
             "error": None if doc.get("error") is None else doc["error"][:ERROR_MAX], "findings": findings,
+            "coverage": check_coverage(doc.get("coverage"), name), "labels": check_labels(doc.get("labels")),
             "first_seen": dict(sorted(seen.items())), "previous": _check_previous(doc.get("previous")),
             "digest": doc["digest"]}
 
@@ -284,6 +339,7 @@ def _summary(record, full):
     return {"v": RECORD_VERSION, "node": record["node"], "run": record["run"]["id"], "time": record["run"]["time"],
             "status": record["status"], "error": None if record["error"] is None else record["error"][:200],
             "digest": record["digest"], "full": full,
+            "coverage": None if record["coverage"] is None else record["coverage"]["status"],
             "findings": dict((f["id"], [f["severity"], record["first_seen"].get(f["id"]), digest(f["evidence"])[7:23]])
                              for f in record["findings"]),
             "previous": None if record["previous"] is None else {
@@ -293,9 +349,10 @@ def _summary(record, full):
 
 
 def node_annotations(record):
-    """``{annotation: value}`` for the Node: the summary, and the full findings when they fit
-    (None removes a stale findings annotation)."""
-    packed = base64.b64encode(zlib.compress(canonical(record["findings"]).encode("utf-8", "surrogatepass"), 9))
+    """``{annotation: value}`` for the Node: the summary, and the full findings and coverage when
+    they fit (None removes a stale findings annotation). The labels are the Node's own."""
+    bulk = {"findings": record["findings"], "coverage": record["coverage"]}
+    packed = base64.b64encode(zlib.compress(canonical(bulk).encode("utf-8", "surrogatepass"), 9))
     full = len(packed) <= FINDINGS_MAX
     summary = canonical(_summary(record, full))
     if len(summary.encode("utf-8")) > SUMMARY_MAX:
@@ -320,10 +377,12 @@ def _unpack_findings(text):
         raise StoredResultError(str(e))
 
 
-def parse_node_annotations(node_name, annotations):
-    """The record a Node's annotations hold (None when it has none), checked; raises
+def parse_node_annotations(node_name, annotations, labels=None):
+    """The record a Node's annotations hold (None when it has none), checked, with the Node's
+    ``labels`` (its ``metadata.labels``, bounded as the audit bounds them); raises
     :class:`StoredResultError`. Without the full findings (too large when written, or removed) the
-    findings are the summary's: id, severity, the finding table's title, evidence ``{"digest"}``."""
+    findings are the summary's: id, severity, the finding table's title, evidence ``{"digest"}``;
+    the coverage only its status."""
     text = (annotations or {}).get(SUMMARY_ANNOTATION)
     if text is None:
         return None
@@ -342,8 +401,15 @@ def parse_node_annotations(node_name, annotations):
     for k, v in ids.items():
         if not isinstance(v, list) or len(v) != 3:
             raise StoredResultError("the summary's finding %r is not [severity, first_seen, digest]" % (k,))
+    cov = s.get("coverage")
+    if cov is not None and cov not in audit_coverage.STATUSES:
+        raise StoredResultError("the summary's coverage %r is not one of %s" % (cov, ", ".join(audit_coverage.STATUSES)))
+    cov = None if cov is None else {"status": cov, "reason": "the full coverage was too large for the Node annotation"}
     if s.get("full"):
-        findings = _unpack_findings((annotations or {}).get(FINDINGS_ANNOTATION))
+        bulk = _unpack_findings((annotations or {}).get(FINDINGS_ANNOTATION))
+        if not isinstance(bulk, dict) or not isinstance(bulk.get("findings"), list):
+            raise StoredResultError("the findings annotation is not {findings, coverage}")
+        findings, cov = bulk["findings"], bulk.get("coverage")
     else:
         findings = []
         for fid, (severity, _seen, ev_digest) in sorted(ids.items()):
@@ -352,7 +418,8 @@ def parse_node_annotations(node_name, annotations):
             findings.append(_stored(fid, severity, row.title if row else fid, evidence, {}, []))
     doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": s.get("node"),
            "run": {"id": s.get("run"), "time": s.get("time")}, "status": s.get("status"), "error": s.get("error"),
-           "findings": findings, "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),
+           "findings": findings, "coverage": cov, "labels": _node_labels(labels),
+           "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),
            "previous": s.get("previous")}
     try:
         doc["findings"] = node_findings(findings)
@@ -365,6 +432,16 @@ def parse_node_annotations(node_name, annotations):
     if sorted(f["id"] for f in record["findings"]) != sorted(ids):
         raise StoredResultError("the findings annotation does not match the summary's finding ids")
     return record
+
+
+def _node_labels(labels):
+    """A Node's ``metadata.labels`` as the audit keeps them (evaluate.node_labels: strings only,
+    at most ``LABELS_MAX``, each cut at ``LABEL_TEXT_MAX``)."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise StoredResultError("the Node's labels are not a mapping")
+    return node_labels({"labels": labels})
 
 
 def _area(finding_id):

@@ -120,7 +120,7 @@ class NodeStore(object):
             if not isinstance(name, str):
                 continue
             try:
-                record = results.parse_node_annotations(name, meta.get("annotations"))
+                record = results.parse_node_annotations(name, meta.get("annotations"), meta.get("labels"))
             except results.StoredResultError as e:
                 rejected[name] = "the result on Node %s is not trusted: %s" % (name, e)
                 continue

@@ -58,6 +58,7 @@ ARGUMENT_SPEC = {
     "path": {"type": "path"},
     "run_id": {"type": "str"},
     "known_nodes": {"type": "list", "elements": "str", "default": []},
+    "scope": {"type": "str", "default": "fleet", "choices": list(fleet.SCOPES)},
 }
 ARGUMENT_SPEC.update(k8s_client.AUTH_ARG_SPEC)
 
@@ -124,9 +125,11 @@ def _work(task, args, secrets):
         run_id = args["run_id"] or None
         with publish.open_store(task, args, secrets) as where:
             known = fleet.node_names(args["known_nodes"], task.task_vars.get("hostvars", {}))
-            nodes, run_records, rejected, run_id = publish.read_fleet(where, run_id, known)
+            nodes, run_records, rejected, run_id, out_of_scope = publish.read_fleet(where, run_id, known, args["scope"])
         fleet_run = (run_records, run_id, rejected)
-        args["run"] = dict(args["run"], id=run_id, store=args["store"])
+        # out of scope: nodes the cluster or the store know outside the nodes the run was pointed at
+        args["run"] = dict(args["run"], id=run_id, store=args["store"], scope=args["scope"],
+                           nodes_out_of_scope=len(out_of_scope), out_of_scope=out_of_scope)
     else:
         nodes = audit_nodes(args["hosts"], task.task_vars.get("hostvars", {}))
     # the catalog the audit evaluated with (the same loader and catalog_extra): its date goes in the report

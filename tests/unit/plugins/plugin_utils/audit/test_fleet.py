@@ -38,7 +38,7 @@ def test_the_fleet_lists_every_known_node_and_says_why_one_was_not_audited():
     cluster = [{"metadata": {"name": "gpu-e", "labels": {"nvidia.com/gpu.present": "true"}}},
                {"metadata": {"name": "cpu-0"}}]
     assert fleet.select_run(records) == "run-2"
-    nodes, run_records = fleet.fleet_nodes(records, rejected, "run-2", known=["gpu-f"], cluster_nodes=cluster)
+    nodes, run_records, _out = fleet.fleet_nodes(records, rejected, "run-2", known=["gpu-f"], cluster_nodes=cluster)
     by = dict((n["name"], n) for n in nodes)
     assert sorted(by) == ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f"]   # cpu-0 is not a GPU node
     assert sorted(run_records) == ["gpu-a", "gpu-b"]
@@ -54,7 +54,7 @@ def test_the_fleet_lists_every_known_node_and_says_why_one_was_not_audited():
 def test_changes_new_resolved_persisting_with_first_seen():
     prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
     now = results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev)
-    nodes, run_records = fleet.fleet_nodes({"gpu-a": now}, {}, "run-2")
+    nodes, run_records, _out = fleet.fleet_nodes({"gpu-a": now}, {}, "run-2")
     report = fleet.annotate_changes(build.build_report(nodes, generated_at=T2), run_records, "run-2")
     node = report["nodes"][0]
     f = dict((x["id"], x) for x in node["findings"])
@@ -108,7 +108,7 @@ def test_a_fleet_report_with_changes_matches_the_schema():
     prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
     records = {"gpu-a": results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev),
                "gpu-b": results.make_record(entry("gpu-b", status="unreachable"), "run-2", T2)}
-    nodes, run_records = fleet.fleet_nodes(records, {"x.txt": "not a node result file"}, "run-2", known=["gpu-c"])
+    nodes, run_records, _out = fleet.fleet_nodes(records, {"x.txt": "not a node result file"}, "run-2", known=["gpu-c"])
     report = build.build_report(nodes, generated_at=T2, run={"id": "run-2", "store": "directory"})
     fleet.annotate_changes(report, run_records, "run-2", {"x.txt": "not a node result file"})
     doc = json.loads(json_format.render_json(report))
@@ -128,3 +128,43 @@ def test_inventory_hosts_are_known_by_their_node_names():
     hostvars = {"node-1.example": {"kubegpu_node_name": "gpu-a"}, "gpu-b": {}, "gpu-c": {"kubegpu_node_name": ""}}
     assert fleet.node_names(["node-1.example", "gpu-b", "gpu-c", "not-in-inventory"], hostvars) == [
         "gpu-a", "gpu-b", "gpu-c", "not-in-inventory"]
+
+
+def test_a_targeted_run_lists_its_own_nodes_and_counts_the_rest_out_of_scope():
+    """A run pointed at one pool: the pool's node no slice covered is not audited; the cluster's
+    other GPU Nodes and a stored result of another pool's node are out of scope, not listed."""
+    records = {"train-1": results.make_record(entry("train-1", CRIT), "run-2", T2),
+               "infer-1": results.make_record(entry("infer-1", WARN), "run-1", T1)}
+    rejected = {"infer-2": "the result on Node infer-2 is not trusted: schema 'x'"}
+    cluster = [{"metadata": {"name": n, "labels": {"nvidia.com/gpu.present": "true"}}}
+               for n in ("train-1", "train-2", "infer-1", "infer-2", "infer-3")]
+    nodes, run_records, out = fleet.fleet_nodes(records, rejected, "run-2", known=["train-1", "train-2"],
+                                                cluster_nodes=cluster, scope="targets")
+    assert [(n["name"], n["status"]) for n in nodes] == [("train-1", "audited"), ("train-2", "not_audited")]
+    assert sorted(run_records) == ["train-1"] and out == ["infer-1", "infer-2", "infer-3"]
+    # the same store reported for the whole fleet: every GPU Node without a result of the run is not audited
+    nodes, _r, out = fleet.fleet_nodes(records, rejected, "run-2", known=["train-1", "train-2"],
+                                       cluster_nodes=cluster, scope="fleet")
+    assert [n["name"] for n in nodes if n["status"] == "not_audited"] == ["infer-1", "infer-2", "infer-3", "train-2"]
+    assert out == []
+    # a node a slice of the run published is listed even when the report step's inventory lacks it
+    nodes, _r, _out = fleet.fleet_nodes(records, {}, "run-2", known=["train-2"], scope="targets")
+    assert [n["name"] for n in nodes] == ["train-1", "train-2"]
+    with pytest.raises(ValueError, match="scope must be one of fleet, targets"):
+        fleet.fleet_nodes(records, {}, "run-2", scope="pool")
+
+
+def test_the_report_from_the_store_has_each_nodes_coverage_and_group():
+    cov = {"status": "not_gpu_node", "reason": "nothing of a GPU node", "gpu_models": {},
+           "checks": dict((c, {"state": "no", "detail": "none"}) for c in
+                          ("pci_gpus", "driver", "nvml", "kubelet", "kernel_log", "cluster_view"))}
+    audited = [dict(entry("gpu-a", CRIT), coverage=dict(cov, status="gpu_node", reason=None),
+                    labels={"pool": "train"}),
+               dict(entry("cpu-0"), coverage=cov, labels={"pool": "infer"})]
+    records = dict((e["name"], results.check_record(json.loads(results.record_json(
+        results.make_record(e, "run-1", T1))))) for e in audited)
+    nodes, _r, _out = fleet.fleet_nodes(records, {}, "run-1")
+    direct = build.build_report(audited, generated_at=T1, group_label="pool")
+    stored = build.build_report(nodes, generated_at=T1, group_label="pool")
+    assert stored["nodes"] == direct["nodes"] and stored["summary"] == direct["summary"]
+    assert stored["summary"]["not_gpu_node"] == ["cpu-0"] and stored["summary"]["nodes_clean"] == 0

@@ -139,3 +139,42 @@ def test_conditions_per_area_keep_transition_times_and_other_conditions():
     c3 = dict((c["type"], c) for c in results.node_conditions(r3, list(c2.values())))
     assert c3["KubegpuDriver"] == c2["KubegpuDriver"]
     assert c3["KubegpuAudit"]["status"] == "True" and c3["KubegpuAudit"]["reason"] == "Unreachable"
+
+
+COVERAGE = {"status": "gpu_node", "reason": None, "gpu_models": {"NVIDIA H100 80GB HBM3": 8},
+            "checks": dict((c, {"state": "yes", "detail": "seen"}) for c in
+                           ("pci_gpus", "driver", "nvml", "kubelet", "kernel_log", "cluster_view"))}
+POOL = {"cloud.google.com/gke-nodepool": "train", "kubernetes.io/hostname": "gpu-a"}
+
+
+def test_coverage_and_labels_are_kept_in_both_forms_and_checked_when_read_back():
+    r = results.make_record(dict(entry(CRIT), coverage=COVERAGE, labels=POOL), "run-1", T1)
+    assert r["coverage"] == COVERAGE and r["labels"] == POOL
+    back = results.parse_record(results.record_json(r), node="gpu-a")
+    assert back["coverage"] == COVERAGE and back["labels"] == POOL
+    # on a Node: the coverage in the findings annotation (its status in the summary), the labels the Node's own
+    ann = results.node_annotations(r)
+    assert json.loads(ann[results.SUMMARY_ANNOTATION])["coverage"] == "gpu_node"
+    on_node = results.parse_node_annotations("gpu-a", ann, dict(POOL, extra=7))
+    assert on_node["coverage"] == COVERAGE and on_node["labels"] == POOL   # strings only, as the audit keeps them
+    # an unreachable node has neither
+    u = results.make_record(entry(status="unreachable", error="ssh refused"), "run-1", T1)
+    assert u["coverage"] is None and u["labels"] == {}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(coverage={"status": "clean"}), "coverage without a known status"),
+    (lambda d: d["coverage"]["checks"]["driver"].update(detail="x" * 400), "detail of more than"),
+    (lambda d: d["coverage"].update(reason="y" * 5000), "coverage reason is more than"),
+    (lambda d: d["coverage"].update(gpu_models=dict(("m%d" % i, 1) for i in range(40))), "GPU models"),
+    (lambda d: d.update(labels=["pool"]), "labels is not a mapping"),
+    (lambda d: d.update(labels={"pool": 3}), "label 'pool'"),
+    (lambda d: d.update(labels=dict(("k%d" % i, "v") for i in range(200))), "200 labels"),
+])
+def test_a_stored_coverage_or_labels_out_of_bounds_is_refused(change, message):
+    doc = json.loads(results.record_json(results.make_record(dict(entry(CRIT), coverage=COVERAGE, labels=POOL),
+                                                             "run-1", T1)))
+    change(doc)
+    with pytest.raises(results.StoredResultError) as err:
+        results.check_record(doc)
+    assert message in str(err.value)

@@ -16,7 +16,7 @@ def test_the_markdown_report_says_what_changed():
     from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import markdown_format
     prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
     records = {"gpu-a": results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev)}
-    nodes, run_records = fleet.fleet_nodes(records, {"gpu-x": "the result on Node gpu-x is not trusted: schema"},
+    nodes, run_records, _out = fleet.fleet_nodes(records, {"gpu-x": "the result on Node gpu-x is not trusted: schema"},
                                            "run-2", known=["gpu-b"])
     report = fleet.annotate_changes(build.build_report(nodes, generated_at=T2), run_records, "run-2",
                                     {"gpu-x": "the result on Node gpu-x is not trusted: schema"})
@@ -32,7 +32,7 @@ def test_the_html_report_says_what_changed_escaped():
     prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
     records = {"gpu-a": results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev)}
     reason = "the result on Node gpu-x is not trusted: <script>alert(1)</script>"
-    nodes, run_records = fleet.fleet_nodes(records, {"gpu-x": reason}, "run-2")
+    nodes, run_records, _out = fleet.fleet_nodes(records, {"gpu-x": reason}, "run-2")
     report = fleet.annotate_changes(build.build_report(nodes, generated_at=T2), run_records, "run-2", {"gpu-x": reason})
     page = html_format.render_html(report)
     assert '<section id="changes"><h2>Since the previous run</h2><p>Run run-2: 1 new, 1 resolved, 1 persisting' in page
