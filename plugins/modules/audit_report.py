@@ -73,6 +73,14 @@ options:
     type: str
     default: fleet
     choices: [fleet, targets]
+  select:
+    description:
+      - A view of the run - only the nodes a JMESPath expression chooses from its published results (the
+        document M(kubegpu.fleet.audit_select) describes), for example a pool's nodes with a known-bad driver.
+        Needs O(store). The report's C(run.selection) gives the expression and how many nodes it chose.
+      - The expression is compiled before the store is read; an invalid one, or a result that is not a list of
+        the run's nodes, fails the task with the reason.
+    type: str
   dest:
     description: Directory on the controller for the report files.
     type: path

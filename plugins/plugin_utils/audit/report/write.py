@@ -21,7 +21,7 @@ import os
 from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
-from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import fleet, publish
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import fleet, publish, select
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import (
     build,
     html_format,
@@ -59,6 +59,8 @@ ARGUMENT_SPEC = {
     "run_id": {"type": "str"},
     "known_nodes": {"type": "list", "elements": "str", "default": []},
     "scope": {"type": "str", "default": "fleet", "choices": list(fleet.SCOPES)},
+    # a view of the run: only the nodes a JMESPath expression chooses from its results (audit/select.py)
+    "select": {"type": "str"},
 }
 ARGUMENT_SPEC.update(k8s_client.AUTH_ARG_SPEC)
 
@@ -121,11 +123,27 @@ def work(task, args):
 
 def _work(task, args, secrets):
     fleet_run = None
+    chooser = None
+    if args["select"]:
+        if not args["store"]:
+            raise runner.ActionFailed("select chooses nodes from the published results: it needs store")
+        try:
+            chooser = select.compile_expression(args["select"])   # before the store is read
+        except select.SelectError as e:
+            raise runner.ActionFailed(str(e))
     if args["store"]:
         run_id = args["run_id"] or None
         with publish.open_store(task, args, secrets) as where:
             known = fleet.node_names(args["known_nodes"], task.task_vars.get("hostvars", {}))
             nodes, run_records, rejected, run_id, out_of_scope = publish.read_fleet(where, run_id, known, args["scope"])
+        if chooser is not None:
+            try:
+                chosen = set(select.select(chooser, select.documents(run_records, run_id)))
+            except select.SelectError as e:
+                raise runner.ActionFailed(str(e))
+            nodes = [n for n in nodes if n["name"] in chosen]
+            run_records = dict((k, v) for k, v in run_records.items() if k in chosen)
+            args["run"] = dict(args["run"], selection={"expression": args["select"], "nodes": len(chosen)})
         fleet_run = (run_records, run_id, rejected)
         # out of scope: nodes the cluster or the store know outside the nodes the run was pointed at
         args["run"] = dict(args["run"], id=run_id, store=args["store"], scope=args["scope"],
