@@ -92,6 +92,36 @@ ROLE_VALIDATION_WHATIF = """---
 """
 
 
+# The floor any Ansible-based audit pays: one task execution per node that does nothing
+# (bench/audit_floor.py compares the audit's controller CPU with it).
+PING_PLAYBOOK = """---
+- name: One ansible.builtin.ping per node (the floor of an Ansible-based audit)
+  hosts: "{{ kubegpu_targets }}"
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+# ansible-playbook's main process under cProfile with a CPU clock (time.process_time): where the
+# controller's single process spends its CPU (workers are forked from it and not profiled).
+PROFILE_MAIN = """import cProfile, runpy, sys, time
+out = sys.argv[1]
+sys.argv = sys.argv[2:]
+prof = cProfile.Profile(time.process_time)
+code = 0
+prof.enable()
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    code = e.code
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+sys.exit(code)
+"""
+
+
 class Runner(object):
     def __init__(self, lab, nodes, scratch):
         self.lab, self.nodes, self.scratch = lab, nodes, scratch
@@ -103,6 +133,9 @@ class Runner(object):
         self.whatif_playbook = os.path.join(scratch, "whatif-role-validation.yml")
         with open(self.whatif_playbook, "w") as f:
             f.write(ROLE_VALIDATION_WHATIF)
+        self.ping_playbook = os.path.join(scratch, "ping.yml")
+        with open(self.ping_playbook, "w") as f:
+            f.write(PING_PLAYBOOK)
 
     def measure_idle(self, seconds=10.0):
         """CPU the idle lab burns per second (kubelets, device plugins, heartbeats)."""
@@ -113,7 +146,9 @@ class Runner(object):
             self.idle_rate = (c1 - c0) / (t1 - t0)
         return self.idle_rate
 
-    def run(self, kind, settings, targets="gpu_nodes", label=None):
+    def run(self, kind, settings, targets="gpu_nodes", label=None, profile=None):
+        """One measured ansible-playbook run of ``kind`` (audit, baseline, whatif, ping); with
+        ``profile`` (a path) its main process runs under cProfile (PROFILE_MAIN) and dumps there."""
         self.count += 1
         tag = "%02d-%s" % (self.count, label or kind)
         s = dict(RECOMMENDED)
@@ -135,6 +170,8 @@ class Runner(object):
             if kind == "whatif":
                 playbook = self.whatif_playbook
             report = os.path.join(report_dir, "kubegpu-audit.json")
+        elif kind == "ping":
+            report, playbook = None, self.ping_playbook
         else:
             report = os.path.join(self.scratch, "baseline-%s.json" % tag)
             extra.update(baseline_report=report)
@@ -142,6 +179,8 @@ class Runner(object):
         logfile = os.path.join(self.scratch, tag + ".log")
         cmd = [os.path.join(benchlib.VENV_BIN, "ansible-playbook"), "-i", self.lab.inventory,
                "-e", json.dumps(extra), playbook]
+        if profile:
+            cmd = [benchlib.PYTHON, "-c", PROFILE_MAIN, profile] + cmd
         node0 = self.lab.node_cpu_s()
         res = benchlib.measured(cmd, env=env, logfile=logfile)
         node1 = self.lab.node_cpu_s()
@@ -153,7 +192,7 @@ class Runner(object):
                 tail = f.read()[-4000:]
             raise RuntimeError("%s run %s failed (rc %d):\n%s" % (kind, tag, res["rc"], tail))
         res.update(kind=kind, tag=tag, settings=dict(s, forks=forks), targets=targets)
-        res["findings"] = self._findings(kind, report) if targets == "gpu_nodes" else None
+        res["findings"] = self._findings(kind, report) if targets == "gpu_nodes" and report else None
         if res["findings"] is not None and len(res["findings"]) != self.nodes:
             raise RuntimeError("%s run %s covered %d of %d nodes" % (kind, tag, len(res["findings"]), self.nodes))
         benchlib.log("%-9s %-34s wall %6.1f s  controller CPU %6.1f s (main process %5.1f s)  node CPU %s"

@@ -31,6 +31,7 @@ import benchlib  # noqa: E402  pylint: disable=wrong-import-position
 PARTS = [
     "gpu_facts_cost",      # 2. gpu_facts cost (no lab)
     "audit_throughput",    # 1. audit vs by-hand baseline (20-node lab)
+    "audit_floor",         # 1b. the audit's controller CPU per node vs an ansible.builtin.ping pass (20-node lab)
     "rollout_overhead",    # 3. rolling_reboot against the floor from its own API history (6-node lab)
     "rollout_window",      # 3b. the sliding window on heterogeneous reboot times vs the ideal schedule (6-node lab)
     "gpu_repair",          # 5. GPU repair: a GPU reset against a reboot (2-node lab)
