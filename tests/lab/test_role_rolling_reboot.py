@@ -22,6 +22,7 @@ nodes' boot IDs:
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -29,6 +30,8 @@ import pytest
 
 from lab_fixture import lab_factory, wait_for  # noqa: F401  pylint: disable=unused-import
 from test_rollout_budget import prometheus  # noqa: F401  pylint: disable=unused-import
+
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import slot as rollout_slot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(REPO, "playbooks", "rolling_reboot.yml")
@@ -360,6 +363,28 @@ def start_rollout(ansible, lab, **extra):
     return proc
 
 
+def lease_renewers(lease):
+    """Processes holding the renewer lock of ``lease`` (the controller's temporary directory, as
+    the playbook's)."""
+    lock = rollout_slot.lock_path(lease["spec"]["holderIdentity"], lease["metadata"]["namespace"],
+                                  lease["metadata"]["name"], tempfile.gettempdir())
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % entry)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink("/proc/%s/fd/%s" % (entry, fd)) == lock:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
 def slot_leases(lab):
     return [x for x in lab.client.state()["objects"].get(LEASES, [])
             if x["metadata"]["name"].startswith("kubegpu-rollout-slot-")]
@@ -440,8 +465,11 @@ def test_a_killed_rollout_is_finished_by_the_next_and_the_operator_cordon_stays(
     since = last_seq(lab)
     runner = start_rollout(ansible, lab, kubegpu_targets="rr-a:rr-f", kubegpu_max_unavailable=2)
     try:
-        # the job is cancelled once rr-a is cordoned (mid-node): the playbook and its workers die
+        # the job is cancelled once rr-a is cordoned (mid-node) and its slot's renewer runs (the
+        # cordon is written before the renewer starts: a kill in between leaves the Lease to expire
+        # instead, the other way a dead run frees its slot): the playbook and its workers die
         wait_for(lambda: node_patches(role_writes(lab, since), "rr-a", True), 300, "rr-a cordoned")
+        wait_for(lambda: [p for x in slot_leases(lab) for p in lease_renewers(x)], 60, "the slot's renewer")
         kill_tree([runner.pid] + descendants(runner.pid))
         runner.wait()
     finally:
