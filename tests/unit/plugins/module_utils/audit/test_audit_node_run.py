@@ -102,6 +102,6 @@ def test_a_bad_timeout_fails_before_any_probe_runs(tmp_path, timeout):
     clock_calls = []
     with pytest.raises(ProbeFailed) as e:
         probes.audit_node_run(empty_node(tmp_path, timeout=timeout), host,
-                                lambda: clock_calls.append(1) or 0.0)
+                              lambda: clock_calls.append(1) or 0.0)
     assert e.value.msg.startswith("timeout ") and e.value.result == {}
     assert clock_calls == [] and host.commands == [] and host.warned == []
