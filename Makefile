@@ -84,7 +84,7 @@ sanity: $(SANITY_VENV)/.installed pip-bootstrap
 	  PATH=$(SANITY_VENV)/bin:$(BUILD)/pythons:$$PATH $(SANITY_VENV)/bin/ansible-test sanity --color=no $(SANITY_ARGS)
 
 units: tree
-	$(BIN)/pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit lab/tests $(PYTEST_ARGS)
 
 # The same unit tests the way collections run them: `ansible-test units` on a copy of the tracked
 # files (as sanity), in a venv of its own with tests/unit/requirements.txt, its collection loader
