@@ -17,7 +17,7 @@ def test_the_markdown_report_says_what_changed():
     prev = results.check_record(results.make_record(entry("gpu-a", CRIT, WARN), "run-1", T1))
     records = {"gpu-a": results.make_record(entry("gpu-a", CRIT, UVM), "run-2", T2, previous=prev)}
     nodes, run_records, _out = fleet.fleet_nodes(records, {"gpu-x": "the result on Node gpu-x is not trusted: schema"},
-                                           "run-2", known=["gpu-b"])
+                                                 "run-2", known=["gpu-b"])
     report = fleet.annotate_changes(build.build_report(nodes, generated_at=T2), run_records, "run-2",
                                     {"gpu-x": "the result on Node gpu-x is not trusted: schema"})
     text = markdown_format.render_markdown(report)
