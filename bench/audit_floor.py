@@ -18,8 +18,10 @@ What the rest is spent on: the fixed part (amortised per node), and per node the
 (strategy, templating, variables) and the workers (connection, module transfer and run, the
 action plugin that evaluates the findings on the controller).
 """
+import json
 import os
 import pstats
+import subprocess
 
 import audit_throughput
 import benchlib
@@ -46,6 +48,32 @@ def area_of(filename):
         if any(m in filename for m in marks):
             return name
     return "other (built-ins such as isinstance and getattr, called from all of the above; the Python runtime)"
+
+
+# What an ansible worker pays before the audit_node action evaluates a node: ansible forks a worker
+# per host and task from a main process that never imported the evaluation nor loaded the catalog,
+# so each worker imports and loads them afresh (a per-process cache helps no other worker).
+COLD_START = """import json, sys, time
+t0 = time.process_time()
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate
+t1 = time.process_time()
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load
+load.catalog_entries(None)
+t2 = time.process_time()
+load.catalog_entries(None)
+t3 = time.process_time()
+json.dump({"import_evaluation_s": t1 - t0, "load_catalog_s": t2 - t1, "load_catalog_again_s": t3 - t2}, sys.stdout)
+"""
+
+
+def cold_start(reps=5):
+    """Median CPU seconds a fresh process spends importing the evaluation and loading the catalog."""
+    runs = []
+    for _i in range(reps):
+        out = subprocess.run([benchlib.PYTHON, "-c", COLD_START], env=dict(os.environ, PYTHONPATH=benchlib.COLLECTIONS),
+                             check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+        runs.append(json.loads(out))
+    return dict((k, benchlib.median([r[k] for r in runs])) for k in runs[0])
 
 
 def profile_summary(path):
@@ -84,6 +112,7 @@ def run(ctx):
             profiled = r.run("audit", {}, label="audit-profiled", profile=prof_path)
             prof = profile_summary(prof_path)
             up_s = lab.up_s
+        cold = cold_start()
     finally:
         benchlib.rmtree(scratch)
 
@@ -115,6 +144,7 @@ def run(ctx):
             "ratio_cpu_per_node": ratio, "extra_cpu_per_node_s": extra,
             "extra_parts": [[k, v, v / extra if extra > 0 else None] for k, v in parts.items()],
             "goal": {"goal": GOAL_RATIO, "value": ratio, "met": ratio <= GOAL_RATIO},
+            "worker_cold_start": cold,
             "profile": dict(prof, run={"wall_s": profiled["wall_s"], "cpu_s": profiled["cpu_s"],
                                        "main_cpu_s": profiled["main_cpu_s"]})}
 
@@ -126,6 +156,10 @@ def summary(r):
                                       r["goal"]["goal"], "met" if r["goal"]["met"] else "NOT met")]
     for what, s, share in r["extra_parts"]:
         lines.append("  the rest: %-90s %.3f s/node%s" % (what, s, "" if share is None else " (%.0f%%)" % (100 * share)))
+    c = r.get("worker_cold_start")
+    if c:
+        lines.append("  of the workers' part, every worker imports the evaluation (%.3f s) and loads the catalog (%.3f s) "
+                     "afresh" % (c["import_evaluation_s"], c["load_catalog_s"]))
     lines.append("  main process profile (CPU clock): " + ", ".join(
         "%s %.0f%%" % (area, 100 * share) for area, _s, share in r["profile"]["areas"][:5]))
     return lines
@@ -148,6 +182,17 @@ def render(r):
                                               "met" if r["goal"]["met"] else "not met", r["extra_cpu_per_node_s"]), ""]
     out.append(benchlib.md_table(["", "CPU s/node", "share"], [
         [what, "%.3f" % s, "-" if share is None else "%.0f%%" % (100 * share)] for what, s, share in r["extra_parts"]]))
+    c = r.get("worker_cold_start")
+    if c:
+        out += ["", "Of the workers' part: ansible forks a worker per host and task from a main process that never "
+                "imported the audit's evaluation nor loaded the known-bad catalog, so every worker does both afresh - "
+                "%.3f s importing the evaluation (measured in a fresh process: an upper bound, a worker has ansible "
+                "imported already) and %.3f s loading the catalog (%.3f s once loaded: the per-process cache helps no "
+                "other worker), together at most %.0f%% of the workers' %.3f s per node above the floor." % (
+                    c["import_evaluation_s"], c["load_catalog_s"], c["load_catalog_again_s"],
+                    100 * (c["import_evaluation_s"] + c["load_catalog_s"]) / max(
+                        r["audit"]["marginal_workers_per_node_s"] - r["ping"]["marginal_workers_per_node_s"], 1e-9),
+                    r["audit"]["marginal_workers_per_node_s"] - r["ping"]["marginal_workers_per_node_s"])]
     prof = r["profile"]
     out += ["", "ansible-playbook's main process of one more audit run under cProfile with a CPU clock "
             "(%.1f s profiled; the profiler slows it, so shares, not seconds):" % prof["total_s"], ""]
