@@ -408,10 +408,11 @@ class NodeFile(object):
             raise
         return fd, fst
 
-    def lock(self):
+    def lock(self, wait=True):
         """An exclusive ``flock(2)`` on this file, created empty (0600) in the held directory when
         it is missing; returns the open descriptor, whose close releases the lock. The file's
-        content is never read or written: it only names the lock."""
+        content is never read or written: it only names the lock. ``wait`` False: raise
+        ``BlockingIOError`` at once when another open file holds it."""
         if self.problem:
             self._refuse("lock", "nothing was locked")
         fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600,
@@ -423,7 +424,7 @@ class NodeFile(object):
                 else _owner_mode_problem(fst, what)
             if problem:
                 raise _refusal(errno.EPERM, "refusing to lock %s: %s" % (self.path, problem), self.path, problem)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BaseException:
             _close(fd)
             raise

@@ -27,13 +27,13 @@ before (lease.py). Check mode and the hold of a started node do not use it.
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
 import tempfile
 
+from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileutil
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils import parse_bound
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import gpu_nodes
 
 WAITING, GRANTED, STOPPED = "waiting", "granted", "stopped"
@@ -100,17 +100,47 @@ def ledger_path(holder, namespace, pool, tmpdir=None):
 
 def _private_dir(path):
     where = os.path.dirname(path)
-    os.makedirs(where, mode=0o700, exist_ok=True)
+    try:
+        fileutil.make_dirs(where, mode=0o700)
+    except OSError as exc:
+        raise QueueError("cannot use %s for the run's slot order: %s" % (where, exc)) from exc
     st = os.lstat(where)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.path.isdir(where) or os.path.islink(where):
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise QueueError("%s is not a private directory of this user: the run's slot order is not kept there" % where)
+
+
+def _lock(path, wait=True):
+    """The exclusive lock of ledger ``path`` (its ``.lock`` file, through the write primitive)."""
+    with fileutil.NodeFile(path + ".lock", action="lock") as f:
+        return f.lock(wait=wait)
+
+
+def _load(path):
+    """The states and owner in ledger ``path``: ``({}, None)`` when there is none."""
+    try:
+        with fileutil.NodeFile(path, action="read") as f:
+            data = f.read(limit=MAX_LEDGER_BYTES)
+    except OSError as exc:
+        raise QueueError("cannot read the run's slot order %s: %s" % (path, exc)) from exc
+    if data is None or not data.strip():
+        return {}, None
+    if len(data) > MAX_LEDGER_BYTES:
+        raise QueueError("the run's slot order file is over %d bytes" % MAX_LEDGER_BYTES)
+    try:
+        doc = parse_bound.load_json(data, "the run's slot order file", max_bytes=MAX_LEDGER_BYTES)
+    except parse_bound.ParseError as exc:
+        raise QueueError(str(exc)) from exc
+    states = doc.get("states") if isinstance(doc, dict) else None
+    if not isinstance(states, dict):
+        raise QueueError("the run's slot order file has no states")
+    return dict((k, v) for k, v in states.items() if isinstance(k, str) and v in STATES), doc.get("owner")
 
 
 class Ledger(object):
     """The run's ledger: ``{node: state}`` in one JSON file, read and written under an exclusive
-    lock (every host of the run is a process of its own). ``owner``: the run's process (pid,
-    start time), written with the states so that a later run can remove the ledger of a run that
-    died before its batch was through (:func:`prune`)."""
+    lock (every host of the run is a process of its own), through the write primitive. ``owner``:
+    the run's process (pid, start time), written with the states so that a later run can remove
+    the ledger of a run that died before its batch was through (:func:`prune`)."""
 
     def __init__(self, path, owner=None):
         self.path = path
@@ -119,37 +149,14 @@ class Ledger(object):
     def _locked(self):
         _private_dir(self.path)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            return _lock(self.path)
         except OSError as exc:
-            raise QueueError("cannot open the run's slot order %s: %s" % (self.path, os.strerror(exc.errno))) from exc
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000:
-            os.close(fd)
-            raise QueueError("%s is not a regular file of this user" % self.path)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
-
-    @staticmethod
-    def _read(fd):
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = os.read(fd, MAX_LEDGER_BYTES + 1)
-        if len(data) > MAX_LEDGER_BYTES:
-            raise QueueError("the run's slot order file is over %d bytes" % MAX_LEDGER_BYTES)
-        if not data.strip():
-            return {}
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except ValueError as exc:
-            raise QueueError("the run's slot order file is not JSON: %s" % exc) from exc
-        states = doc.get("states") if isinstance(doc, dict) else None
-        if not isinstance(states, dict):
-            raise QueueError("the run's slot order file has no states")
-        return dict((k, v) for k, v in states.items() if isinstance(k, str) and v in STATES)
+            raise QueueError("cannot lock the run's slot order %s: %s" % (self.path, exc)) from exc
 
     def states(self):
         fd = self._locked()
         try:
-            return self._read(fd)
+            return _load(self.path)[0]
         finally:
             os.close(fd)
 
@@ -160,19 +167,17 @@ class Ledger(object):
             raise QueueError("unknown queue state %r" % (state,))
         fd = self._locked()
         try:
-            states = self._read(fd)
+            states = _load(self.path)[0]
             states[node] = state
-            if queue and all(states.get(n) in (GRANTED, STOPPED) for n in queue):
-                try:
-                    os.unlink(self.path)
-                except OSError as exc:
-                    if exc.errno != errno.ENOENT:
-                        raise
-                return states
-            data = json.dumps({"states": states, "owner": self.owner}, sort_keys=True).encode("utf-8")
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.ftruncate(fd, 0)
-            os.write(fd, data)
+            try:
+                if queue and all(states.get(n) in (GRANTED, STOPPED) for n in queue):
+                    if os.path.lexists(self.path):
+                        fileutil.remove_file(self.path, backup=False)
+                    return states
+                data = json.dumps({"states": states, "owner": self.owner}, sort_keys=True)
+                fileutil.write_file(self.path, data, mode=0o600, backup=False)
+            except OSError as exc:
+                raise QueueError("cannot record the run's slot order in %s: %s" % (self.path, exc)) from exc
             return states
         finally:
             os.close(fd)
@@ -180,8 +185,8 @@ class Ledger(object):
 
 def prune(directory, alive, keep=None):
     """Remove the ledgers in ``directory`` whose run's process is gone (``alive(pid, start)``
-    false); a ledger in use (locked), without an owner, or not this user's regular file is left
-    alone. Returns the paths removed."""
+    false), with their lock files; a ledger in use (locked), without an owner, or that fails the
+    write primitive's checks is left alone. Returns the paths removed."""
     removed = []
     try:
         names = sorted(os.listdir(directory))
@@ -192,26 +197,22 @@ def prune(directory, alive, keep=None):
         if not (name.startswith("queue-") and name.endswith(".json")) or path == keep:
             continue
         try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = _lock(path, wait=False)
         except OSError:
-            continue
+            continue          # a host of that run is reading or writing it: the run lives
         try:
-            st = os.fstat(fd)
-            if st.st_uid != os.getuid() or (st.st_mode & 0o170000) != 0o100000:
-                continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue          # a host of that run is reading or writing it: the run lives
-            try:
-                doc = json.loads(os.read(fd, MAX_LEDGER_BYTES + 1).decode("utf-8"))
-            except ValueError:
+                _states, owner = _load(path)
+            except QueueError:
                 continue
-            owner = doc.get("owner") if isinstance(doc, dict) else None
             if not (isinstance(owner, list) and len(owner) == 2 and isinstance(owner[0], int)):
                 continue
             if not alive(owner[0], owner[1]):
-                os.unlink(path)
+                try:
+                    fileutil.remove_file(path, backup=False)
+                    fileutil.remove_file(path + ".lock", backup=False)
+                except OSError:
+                    continue
                 removed.append(path)
         finally:
             os.close(fd)

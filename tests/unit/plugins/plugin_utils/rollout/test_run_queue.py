@@ -74,12 +74,16 @@ def test_the_ledger_keeps_states_under_a_lock_and_goes_when_the_batch_is_through
     assert not os.path.exists(ledger.path)
     with open(ledger.path, "w") as fh:
         fh.write("not json")
-    with pytest.raises(rq.QueueError, match="not JSON"):
+    with pytest.raises(rq.QueueError, match="not valid JSON"):
         ledger.states()
     os.unlink(ledger.path)
     os.symlink("/etc/passwd", ledger.path)
-    with pytest.raises(rq.QueueError, match="cannot open"):
+    os.lchown(ledger.path, 65534, 65534)   # a link the write primitive does not trust
+    with pytest.raises(rq.QueueError, match="refusing to read"):
         ledger.states()
+    with pytest.raises(rq.QueueError, match="refusing to read"):   # mark reads first: nothing written
+        ledger.mark("n1", rq.WAITING, PLAN)
+    assert open("/etc/passwd").read().count("\n") > 0 and os.readlink(ledger.path) == "/etc/passwd"
     os.chmod(str(where), 0o755)
     os.unlink(ledger.path)
     with pytest.raises(rq.QueueError, match="not a private directory"):
@@ -305,6 +309,8 @@ def test_ledgers_of_runs_that_died_are_pruned_and_live_or_busy_ones_kept(tmp_pat
     finally:
         os.close(fd)
     assert removed == [dead.path]
-    assert sorted(os.listdir(str(where))) == ["other.lock", "queue-busy.json", "queue-live.json", "queue-mine.json",
-                                              "queue-ownerless.json"]
+    # the dead run's ledger and its lock file are gone; every other ledger keeps its lock file
+    assert sorted(os.listdir(str(where))) == [
+        "other.lock", "queue-busy.json", "queue-busy.json.lock", "queue-live.json", "queue-live.json.lock",
+        "queue-mine.json", "queue-mine.json.lock", "queue-ownerless.json", "queue-ownerless.json.lock"]
     assert rq.prune(str(where / "missing"), lambda pid, start: False) == []
