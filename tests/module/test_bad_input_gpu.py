@@ -747,9 +747,11 @@ def test_audit_evaluate_malformed_node_results(ansible):
     res = run_cases(ansible, "audit_evaluate", [(cid, dict(args, node="gpu-1"), None) for cid, args in cases])
 
     def ids(cid):
+        """The findings the malformed values gave: audit.not_inspected (the node's coverage: these
+        contexts carry no GPU or driver a probe saw; tests/unit/.../audit/test_coverage.py) aside."""
         r = res[cid]
         assert not r.get("failed"), (cid, r.get("msg"))
-        return [f["id"] for f in r["findings"]]
+        return [f["id"] for f in r["findings"] if f["id"] != "audit.not_inspected"]
 
     assert "nvml.hung" not in ids("probe_string")
     assert ids("device_nodes_string") == ["uvm.node_missing"]
