@@ -22,6 +22,9 @@ description:
     C(severities), C(findings) (each C(id), C(severity), C(title), C(first_seen), C(evidence))."
   - It must give a list of node names or of those objects; anything else (null for a misspelt key, a
     number, a string that is not a node name) fails the task with what it gave.
+  - An empty list is a valid selection of no node; RV(nodes) and RV(hosts) are then empty and the task
+    succeeds. C(playbooks/select_from_audit.yml) then runs the playbook on no node as nothing to do, or
+    fails when C(kubegpu_select_require_nodes) is true.
   - Every stored result is checked as the report step checks it; one that fails is not selectable and is
     named in RV(rejected).
   - Reads only; runs on the controller and never connects to a host.

@@ -28,9 +28,10 @@ every node of pool ``train`` with a known-bad driver::
 
     [?contains(ids, 'driver.known_bad') && labels."cloud.google.com/gke-nodepool" == 'train'].node
 
-Anything else - ``null`` (a key that is not in the document), a number, a string that is not a
-node of the document - fails with what it gave: a selection that silently chose nothing would let a workflow
-"remediate" no node and pass. jmespath is the library (the JMESPath specification's reference
+An empty list is a valid selection of no node (nothing to do: ``playbooks/select_from_audit.yml``
+runs the playbook on no node, or fails with ``kubegpu_select_require_nodes``). Anything else -
+``null`` (a key that is not in the document), a number, a string that is not a node of the
+document - fails with what it gave: a typo must never pass as "nothing chosen". jmespath is the library (the JMESPath specification's reference
 Python implementation, the one ansible's ``json_query`` filter uses), not code of our own.
 """
 from __future__ import annotations
