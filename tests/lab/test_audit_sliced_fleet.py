@@ -1,13 +1,5 @@
-"""The audit as AWX runs it: sliced into separate ansible-playbook processes, then one report step.
-
-AWX job slicing (ansible/awx e21dd0a): a job template with ``job_slice_count`` > 1 launches a
-workflow job with one node per slice (awx/main/models/jobs.py ``JobTemplate.create_unified_job``);
-slice N of M gets the inventory's enabled hosts ordered by name, ``hosts[N-1::M]``
-(awx/main/models/inventory.py ``Inventory.get_sliced_hosts`` / ``get_script_data``); every slice's
-extra vars carry its own ``awx_job_id`` and the slicing workflow's ``awx_workflow_job_id``
-(awx/main/models/unified_jobs.py ``awx_meta_vars``); the next workflow node gets the slices'
-``set_stats`` artifacts as extra vars (awx/main/models/workflow.py ``get_effective_artifacts``).
-Each slice runs in its own pod: here its own process with an empty HOME, TMPDIR and report dir.
+"""The audit as AWX runs it: sliced into separate ansible-playbook processes, then one report step
+(AWX's slicing as awx_slicing.py reproduces it).
 
 Against the lab's Kubernetes API double (the store: annotations and conditions on the Nodes) and
 seven local "nodes" whose NVIDIA trees differ (each host's proc/dev paths): the unsliced run and the
@@ -15,8 +7,8 @@ sliced run give the same entry per node (status, findings, coverage, node pool);
 has and the inventory lacks is not audited; fail_on fails the report step once and no slice; after
 one node is fixed the next sliced run reports that finding resolved and the others persisting with
 the first run's first-seen time; a run pointed at one pool lists that pool's nodes only.
+test_audit_sliced_lab.py does the same on booted lab nodes over ssh.
 """
-import collections
 import json
 import os
 import stat
@@ -24,26 +16,17 @@ import sys
 import threading
 
 from apidouble_fixture import api_double_factory  # noqa: F401 pylint: disable=unused-import
+from awx_slicing import (AUDIT, FAIL_TASK, REPORT, awx_slices, findings_by_node, job, node_entries, read_counts,
+                         read_mark, reads_since, sliced_run)
 from test_api_double import node, play_env
 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import results, store
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.rollout import node_api
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-AUDIT = os.path.join(REPO, "playbooks", "audit.yml")
-REPORT = os.path.join(REPO, "playbooks", "audit_fleet_report.yml")
 HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f", "gpu-g"]   # byte order = PostgreSQL's here
 NO_UVM = ("gpu-b", "gpu-e")          # /dev/nvidia-uvm never created: uvm.node_missing (critical)
 LEFT_OUT = "gpu-h"                   # a GPU Node the inventory does not have
 TRAIN = ("gpu-a", "gpu-b", "gpu-c", "gpu-d")   # the Node label pool=train; the others pool=infer
-REPORT_TASK = "kubegpu.fleet.audit : Write the fleet audit report"
-FAIL_TASK = "kubegpu.fleet.audit : Fail on findings at or above critical"
-
-
-def awx_slices(hosts, count):
-    """AWX's partition: enabled hosts ordered by name, slice N (1-based) = hosts[N-1::count]."""
-    ordered = sorted(hosts)
-    return [ordered[n - 1::count] for n in range(1, count + 1)]
 
 
 def node_tree(base, name):
@@ -80,78 +63,8 @@ def write_inventory(path, base, hosts):
     return path
 
 
-def job(tmp_path, proc, label, playbook, inventory, extra_vars):
-    """One AWX job: its own process, empty HOME and TMPDIR, its own report dir."""
-    from lib.ansible_runner import AnsibleRunner, ensure_collection_tree  # tests/ is on sys.path
-    pod = tmp_path / label
-    for sub in ("home", "tmp", "report", "work"):
-        (pod / sub).mkdir(parents=True)
-    runner = AnsibleRunner(REPO, ensure_collection_tree(REPO), str(pod / "work"))
-    env = dict(play_env(pod / "tmp"), HOME=str(pod / "home"), ANSIBLE_SHOW_CUSTOM_STATS="1", ANSIBLE_PIPELINING="1")
-    if proc is not None:   # the AWX Kubernetes credential injects K8S_AUTH_*
-        env["K8S_AUTH_KUBECONFIG"] = proc.kubeconfig
-    ev = dict({"kubegpu_audit_report_dir": str(pod / "report"), "kubegpu_audit_formats": ["json", "prometheus"],
-               "kubegpu_audit_xid": False, "kubegpu_audit_store": "kubernetes", "kubegpu_audit_group_label": "pool"},
-              **extra_vars)
-    res = runner.playbook(playbook, inventory=inventory, env=env, extra_vars=ev, timeout=900)
-    report = None
-    path = pod / "report" / "kubegpu-audit.json"
-    if path.exists():
-        report = json.loads(path.read_text())
-    return res, report, pod
-
-
-def read_mark(proc):
-    items = proc.client.reads(since=0)
-    return max([i["seq"] for i in items] or [0])
-
-
-def reads_since(proc, mark):
-    return list(proc.client.reads(since=mark))
-
-
-def sliced_run(tmp_path, proc, inventory_base, label, workflow_id, first_job_id, count=3):
-    """The sliced job (count slices) and the report step; (slice results, report step result, report)."""
-    slices = []
-    for n, hosts in enumerate(awx_slices(HOSTS, count), 1):
-        inv = write_inventory(str(tmp_path / ("%s-slice%d.json" % (label, n))), inventory_base, hosts)
-        res, report, _pod = job(tmp_path, proc, "%s-slice%d" % (label, n), AUDIT, inv, {
-            "kubegpu_audit_step": "slice", "awx_job_id": first_job_id + n, "awx_workflow_job_id": workflow_id})
-        assert res.rc == 0, res.stdout[-3000:] + res.stderr[-2000:]
-        assert report is None   # a slice writes no report
-        slices.append(res)
-    # the workflow's next node: the slices' artifacts (set_stats) are its extra vars
-    artifacts = {}
-    for res in slices:
-        artifacts.update(res.data.get("global_custom_stats") or {})
-    assert artifacts == {"kubegpu_audit_run_id": "awx-workflow-%d" % workflow_id}, artifacts
-    inv = write_inventory(str(tmp_path / ("%s-report.json" % label)), inventory_base, HOSTS)
-    res, report, _pod = job(tmp_path, proc, "%s-report" % label, REPORT, inv,
-                            dict(artifacts, awx_job_id=first_job_id + 10, awx_workflow_job_id=workflow_id - 1))
-    return slices, res, report
-
-
-# what says how a finding or node changed since the previous run (it differs from run to run)
-CHANGE_KEYS = ("first_seen", "known_days", "change", "previous_run", "resolved")
-
-
-def node_entries(report):
-    """Each node's whole entry (status, error, findings, coverage, group, ...) but what changed since
-    the previous run (and, for a node not audited, the reason: it names the run)."""
-    out = {}
-    for n in report["nodes"]:
-        e = dict((k, v) for k, v in n.items() if k not in CHANGE_KEYS)
-        e["findings"] = [dict((k, v) for k, v in f.items() if k not in CHANGE_KEYS) for f in n["findings"]]
-        if e["status"] == "not_audited":
-            e["error"] = "not audited"
-        out[n["name"]] = e
-    return out
-
-
-def findings_by_node(report):
-    keep = ("id", "severity", "title", "evidence", "remediation", "references")
-    return dict((n["name"], (n["status"], [dict((k, f.get(k)) for k in keep) for f in n["findings"]]))
-                for n in report["nodes"])
+def inventory_of(base):
+    return lambda path, hosts: write_inventory(path, base, hosts)
 
 
 def pool(name):
@@ -167,9 +80,9 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     full_inv = write_inventory(str(tmp_path / "inventory.json"), base, HOSTS)
 
     # 1. unsliced: one job over every host, publishing, the report from the store, fail_on
-    mark = read_mark(proc)
+    mark = read_mark(proc.client)
     res, unsliced, _pod = job(tmp_path, proc, "unsliced", AUDIT, full_inv, {"awx_job_id": 100})
-    unsliced_reads = reads_since(proc, mark)
+    unsliced_reads = reads_since(proc.client, mark)
     assert res.rc == 2, res.stdout[-3000:]
     assert unsliced["run"]["id"] == "awx-job-100"
     fail = res.task(FAIL_TASK)
@@ -194,9 +107,9 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
 
     # 2. sliced 3 ways, then the report step: the same findings per node, gpu-h not audited,
     #    fail_on applied once (the report step), never in a slice
-    mark = read_mark(proc)
-    slices, res, sliced = sliced_run(tmp_path, proc, base, "run2", workflow_id=200, first_job_id=200)
-    sliced_reads = reads_since(proc, mark)
+    mark = read_mark(proc.client)
+    slices, res, sliced = sliced_run(tmp_path, proc, HOSTS, inventory_of(base), "run2", workflow_id=200, first_job_id=200)
+    sliced_reads = reads_since(proc.client, mark)
     assert res.rc == 2 and res.task(FAIL_TASK)["failed"]
     assert all(FAIL_TASK not in [t["_task"] for t in s.tasks() if not t.get("skipped")] for s in slices)
     assert sliced["run"]["id"] == "awx-workflow-200"
@@ -214,10 +127,7 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
 
     # the cluster pass once per run: a slice reads its own Nodes (one GET each) and the pods bound to
     # them (one field-selected list each); the whole-cluster Node list is the report step's only
-    def counts(items):
-        out = collections.Counter((i["verb"], i["resource"]) for i in items)
-        return dict((k[0] + " " + k[1], v) for k, v in sorted(out.items()))
-    one, sliced_counts = counts(unsliced_reads), counts(sliced_reads)
+    one, sliced_counts = read_counts(unsliced_reads), read_counts(sliced_reads)
     print("API reads, %d nodes: unsliced run %d %s; sliced run (3 slices + report step) %d %s"
           % (len(HOSTS), len(unsliced_reads), one, len(sliced_reads), sliced_counts))
     assert one["list pods"] == 1 and one["list nodes"] == 2   # the cluster pass, the report reading the store
@@ -229,7 +139,7 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
 
     # 3. one node fixed: the next sliced run reports it resolved, the others persisting since run 1
     make_uvm(os.path.join(base, "gpu-b", "dev"))
-    _slices, res, third = sliced_run(tmp_path, proc, base, "run3", workflow_id=300, first_job_id=300)
+    _slices, res, third = sliced_run(tmp_path, proc, HOSTS, inventory_of(base), "run3", workflow_id=300, first_job_id=300)
     assert res.rc == 2
     ch = third["changes"]
     assert [(e["node"], e["id"]) for e in ch["resolved"]] == [("gpu-b", "uvm.node_missing")]

@@ -632,7 +632,9 @@ class Kubelet(object):
 
     def post_status(self, force=False):
         """Patch the node status when what the API shows differs from what this kubelet wants
-        (or every 60 s): the node lifecycle controller may have set it Unknown meanwhile."""
+        (or every 60 s): the node lifecycle controller may have set it Unknown meanwhile. A
+        strategic merge patch, as the kubelet's (component-helpers PatchNodeStatus): conditions
+        merge by type, so other writers' conditions (node-problem-detector's) stay."""
         status = self.node_status()
         want = self._status_key(status)
         if not force and time.monotonic() - getattr(self, "_last_status_time", 0) < 60:
@@ -640,7 +642,7 @@ class Kubelet(object):
             if code == 200 and self._status_key(obj.get("status") or {}) == want:
                 return
         code, obj = self.api.request("PATCH", "/api/v1/nodes/%s/status" % self.name, {"status": status},
-                                     "application/merge-patch+json")
+                                     "application/strategic-merge-patch+json")
         if code == 404:
             self.register()
             return
