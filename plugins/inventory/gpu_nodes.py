@@ -66,7 +66,11 @@ options:
         from the host or the driver container), and have Python 3.8 or later. A GPU node without such a
         pod is left out with a warning. The kubectl connection reads the same C(K8S_AUTH_*) variables;
         the connection options given in this file (not O(api_key)) are passed to it as
-        C(ansible_kubectl_*) host variables.
+        C(ansible_kubectl_*) host variables. C(ansible_kubectl_validate_certs) is set empty (kubernetes.core's
+        kubectl connection would put its value, or that of C(K8S_AUTH_VERIFY_SSL), on kubectl's command line
+        as a word kubectl refuses), so kubectl verifies the server as it does by default; O(validate_certs=false)
+        sets C(ansible_kubectl_extra_args=--insecure-skip-tls-verify=true) and an empty C(ansible_kubectl_ca_cert)
+        instead.
     type: str
     choices: [internal_ip, hostname, kubectl]
     default: internal_ip

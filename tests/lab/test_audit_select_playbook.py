@@ -103,8 +103,8 @@ def test_the_node_plays_run_on_exactly_the_nodes_the_expression_chooses(ansible,
 
 @pytest.mark.parametrize("playbook,store", [(REMEDIATE, "kubernetes"), (REMEDIATE, "directory"),
                                             (ROLLING_REBOOT, "kubernetes")])
-def test_an_empty_selection_is_nothing_to_do_for_remediate_and_rolling_reboot(ansible, tmp_path, api_double_factory,
-                                                                               playbook, store):
+def test_an_empty_selection_is_nothing_to_do_for_remediate_and_rolling_reboot(
+        ansible, tmp_path, api_double_factory, playbook, store):  # noqa: F811
     """The real playbooks with a selection of no node: the job succeeds, says so, and touches nothing -
     no node play, no API request after the selection (no cluster view, no plan, no lease, no cordon),
     no report of no node, and the store as the audit left it."""

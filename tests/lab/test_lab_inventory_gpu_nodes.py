@@ -220,7 +220,8 @@ def test_address_modes(ansible, tmp_path, cluster_job, mode):
     h100 = hostvars["gpu-h100"]
     assert {k: v for k, v in h100.items() if k.startswith("ansible_")} == {
         "ansible_connection": "kubernetes.core.kubectl", "ansible_kubectl_pod": "agent-h100",
-        "ansible_kubectl_namespace": "kubegpu-system", "ansible_kubectl_container": "agent"}
+        "ansible_kubectl_namespace": "kubegpu-system", "ansible_kubectl_container": "agent",
+        "ansible_kubectl_validate_certs": ""}
     assert hostvars["gpu-a100-mig"]["ansible_kubectl_pod"] == "agent-a100"
     assert h100["kubegpu_proc_path"] == "/host/proc" and h100["kubegpu_host_root"] == "/host"
     assert h100["kubegpu_checkpoint_path"] == "/host/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"

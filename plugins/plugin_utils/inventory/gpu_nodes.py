@@ -355,9 +355,17 @@ HOST_PATH_VARS = (
 # Connection options (from the inventory file) the kubectl connection gets too, under its names.
 # A token never becomes a host variable: give it by K8S_AUTH_API_KEY, which both read.
 KUBECTL_AUTH_VARS = (("kubeconfig", "ansible_kubectl_kubeconfig"), ("context", "ansible_kubectl_context"),
-                     ("host", "ansible_kubectl_host"), ("validate_certs", "ansible_kubectl_validate_certs"),
-                     ("ca_cert", "ansible_kubectl_ca_cert"), ("client_cert", "ansible_kubectl_client_cert"),
-                     ("client_key", "ansible_kubectl_client_key"))
+                     ("host", "ansible_kubectl_host"), ("ca_cert", "ansible_kubectl_ca_cert"),
+                     ("client_cert", "ansible_kubectl_client_cert"), ("client_key", "ansible_kubectl_client_key"))
+# kubernetes.core.kubectl (6.2 and before, ansible-collections/kubernetes.core issue 1021) puts its
+# validate_certs option - ansible_kubectl_validate_certs, else K8S_AUTH_VERIFY_SSL, which AWX's
+# Kubernetes credential always sets - on kubectl's command line as "--insecure-skip-tls-verify VALUE":
+# kubectl takes VALUE for a plugin name and runs nothing ("flags cannot be placed before plugin name").
+# The variable is set empty, which keeps the option off the command line and kubectl verifying the
+# server (its default); validate_certs false in the inventory file is kubectl's own
+# "--insecure-skip-tls-verify=true" instead, without a CA file (kubectl refuses the two together).
+KUBECTL_VALIDATE_CERTS_VAR = "ansible_kubectl_validate_certs"
+KUBECTL_INSECURE = {"ansible_kubectl_extra_args": "--insecure-skip-tls-verify=true", "ansible_kubectl_ca_cert": ""}
 
 
 def host_vars(record, address="internal_ip", pool_label=None, pods=None, kubectl=None):
@@ -400,6 +408,9 @@ def host_vars(record, address="internal_ip", pool_label=None, pods=None, kubectl
         auth = kubectl.get("auth") or {}
         facts.update((var, auth[option]) for option, var in KUBECTL_AUTH_VARS
                      if auth.get(option) is not None and not isinstance(auth[option], dict))
+        facts[KUBECTL_VALIDATE_CERTS_VAR] = ""
+        if auth.get("validate_certs") is False:
+            facts.update(KUBECTL_INSECURE)
     else:
         raise InventoryError("address must be one of %s, not %r" % (", ".join(ADDRESS_MODES), address))
     return facts, None

@@ -318,7 +318,9 @@ def test_kubectl_address_sets_the_connection_and_host_paths_never_a_token():
         "ansible_connection": "kubernetes.core.kubectl", "ansible_kubectl_pod": "agent-x",
         "ansible_kubectl_namespace": "kubegpu-system", "ansible_kubectl_container": "agent",
         "ansible_kubectl_kubeconfig": "/etc/kubegpu/kubeconfig", "ansible_kubectl_context": "prod",
-        "ansible_kubectl_validate_certs": False}
+        # validate_certs false: kubectl's own flag, never kubernetes.core's "--insecure-skip-tls-verify False"
+        "ansible_kubectl_validate_certs": "", "ansible_kubectl_extra_args": "--insecure-skip-tls-verify=true",
+        "ansible_kubectl_ca_cert": ""}
     assert "SECRET" not in repr(variables)
     assert variables["kubegpu_host_root"] == "/host" and variables["kubegpu_driver_root"] == "/host"
     assert variables["kubegpu_kmsg_path"] == "/host/dev/kmsg" and variables["kubegpu_cgroup_root"] == "/host/sys/fs/cgroup"
@@ -326,6 +328,8 @@ def test_kubectl_address_sets_the_connection_and_host_paths_never_a_token():
     kubectl.update(container="main", host_mount="", auth={"kubeconfig": {"users": [{"user": {"token": "SECRET"}}]}})
     variables, _reason = gn.host_vars(record(), "kubectl", None, pods, kubectl)
     assert variables["ansible_kubectl_container"] == "main" and "ansible_kubectl_kubeconfig" not in variables
+    # validate_certs unset (or true): kept off kubectl's command line, where K8S_AUTH_VERIFY_SSL would put it
+    assert variables["ansible_kubectl_validate_certs"] == "" and "ansible_kubectl_extra_args" not in variables
     assert "kubegpu_proc_path" not in variables and "SECRET" not in repr(variables)
     # a mount of / keeps the host's own paths
     kubectl["host_mount"] = "/"
