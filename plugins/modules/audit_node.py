@@ -118,6 +118,18 @@ options:
         device plugin and the NVIDIA components running there.
     type: dict
     default: {}
+  details:
+    description:
+      - Return each probe's data in its C(probes) entry, the findings in C(findings), and set the C(nvidia),
+        C(kubelet) and C(nvidia_stack) facts, as the probe modules' own tasks would.
+      - V(false) - the result is the evaluation (C(ansible_facts.kubegpu_audit), whose findings carry their
+        evidence) and each probe's outcome only (C(changed), C(failed), C(msg), C(raised_at), C(skipped),
+        C(skip_reason)), about a tenth of the size. Each byte of a node's result costs controller CPU (the task
+        worker cleans and sends it, ansible-playbook's main process registers it), so the M(kubegpu.fleet.audit)
+        role sets V(false) unless C(kubegpu_audit_details) is set.
+      - Used on the controller, never sent to the node.
+    type: bool
+    default: true
   _catalog:
     description:
       - Internal. Set by the action plugin to the bundled catalog; do not set it.
@@ -163,6 +175,7 @@ EXAMPLES = r"""
     node: "{{ kubegpu_node_name }}"
     api: "{{ hostvars['localhost'].kubegpu_cluster.cluster.nodes[kubegpu_node_name] | default({}) }}"
     skip: [kubelet.memory_reservation]
+    details: false
 
 - name: Show the findings
   ansible.builtin.debug:
@@ -190,7 +203,8 @@ RETURN = r"""
 probes:
   description:
     - One entry per probe, shaped like the result the corresponding module's task registers
-      (without C(invocation)). A probe that failed has C(failed=true) and C(msg) (and, when
+      (without C(invocation)); with O(details=false), each probe's outcome only (C(changed), C(failed),
+      C(msg), C(raised_at), C(skipped), C(skip_reason)). A probe that failed has C(failed=true) and C(msg) (and, when
       it raised, C(raised_at), the file, line and function that raised; never a traceback); a probe that did not run has C(skipped=true) and
       C(skip_reason). Warnings a probe raised are in its C(warnings) and shown by the task.
   returned: always
@@ -242,8 +256,10 @@ elapsed:
   type: dict
   sample: {gpu_facts: 0.021, kubelet_facts: 0.004, driver_guard: 0.03, checkpoint_sync: 0.001, cgroup_devices: 0.01}
 findings:
-  description: Findings for the node (id, severity, title, evidence, remediation, references).
-  returned: always
+  description:
+    - Findings for the node (id, severity, title, evidence, remediation, references); the same list as
+      C(ansible_facts.kubegpu_audit.findings).
+  returned: with O(details=true), and for a node that was unreachable
   type: list
   elements: dict
 ansible_facts:
@@ -254,8 +270,9 @@ ansible_facts:
       bus, driver, NVML, kubelet, kernel log, the cluster's view - and C(status) C(gpu_node), C(not_gpu_node)
       or C(not_inspected), which the finding C(audit.not_inspected) reports) and C(labels) (the Node's labels
       from O(api)).
-    - C(nvidia) and C(kubelet), as M(kubegpu.fleet.gpu_facts) and M(kubegpu.fleet.kubelet_facts)
-      set them, when those probes succeeded (set by the action plugin on the controller).
+    - With O(details=true), C(nvidia), C(kubelet) and C(nvidia_stack), as M(kubegpu.fleet.gpu_facts),
+      M(kubegpu.fleet.kubelet_facts) and M(kubegpu.fleet.stack_facts) set them, when those probes succeeded
+      (set by the action plugin on the controller).
   returned: always
   type: dict
 unreachable_node:

@@ -135,6 +135,7 @@ def run_both(ansible, node, **extra_vars):
     """The audit role (one audit_node task), then the five single-probe modules with the
     registry's parameters and audit_evaluate on their results; return (five, single, seconds)."""
     play_vars = dict(node.vars)
+    play_vars.setdefault("kubegpu_audit_details", True)   # the probes' data, to compare with the modules'
     play_vars.update(extra_vars)
     play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": [
         {"name": "start", "ansible.builtin.set_fact": {"an_t0": "{{ now().timestamp() }}"}},
@@ -246,6 +247,33 @@ def test_healthy_node_same_results_and_findings(ansible, node):
     assert [cov["checks"][c]["state"] for c in ("driver", "nvml", "kubelet")] == ["yes", "yes", "yes"]
     # The action plugin sets the facts gpu_facts and kubelet_facts set.
     assert single["node"]["ansible_facts"]["nvidia"] == nv
+
+
+def test_the_roles_result_is_the_evaluation_and_each_probes_outcome(ansible, node):
+    """kubegpu_audit_details false (the audit role's default): the node's result keeps each probe's
+    outcome and kubegpu_audit - the same evaluation as with the details - and none of the probes'
+    data nor their facts, about a tenth of the size a fleet's controller carries per node."""
+    node.setup([fakenvml.gpu(0), fakenvml.gpu(1)], checkpoint_ids=[GONE])
+    _five, full, _s = run_both(ansible, node)
+    play_vars = dict(node.vars, kubegpu_audit_details=False)
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": play_vars, "tasks": [
+        {"name": "audit", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit"}},
+        {"name": "dump", "ansible.builtin.debug": {"msg": {
+            "audit": "{{ kubegpu_audit }}", "node": "{{ kubegpu_audit_node }}",
+            "nvidia": "{{ ansible_facts.nvidia | default('unset') }}"}}}]}]
+    res = ansible.playbook(play, env=node.env)
+    assert res.rc == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    lean = res.task("dump")["msg"]
+    assert _clean(lean["audit"]) == _clean(full["audit"])
+    assert {"checkpoint.stale", "cgroup.devices_missing"} <= set(_ids(lean["audit"]))
+    probes = lean["node"]["probes"]
+    assert sorted(probes) == sorted(PROBES)
+    for name in PROBES:
+        assert set(probes[name]) <= {"changed", "failed", "msg", "raised_at", "skipped", "skip_reason"}, name
+        assert bool(probes[name].get("failed")) == bool(full["node"]["probes"][name].get("failed")), name
+    assert "findings" not in lean["node"] and lean["nvidia"] == "unset"
+    assert set(lean["node"]["ansible_facts"]) == {"kubegpu_audit"}
+    assert len(json.dumps(lean["node"])) * 3 < len(json.dumps(full["node"]))
 
 
 TOOLKIT_PACKAGES = [("nvidia-container-toolkit", "1.17.7-1"), ("nvidia-container-toolkit-base", "1.17.7-1"),

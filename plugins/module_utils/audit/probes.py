@@ -257,12 +257,19 @@ EVALUATION_OPTIONS = dict(
     skip=dict(type="list", elements="str", default=[]),
     expected_gpus=dict(type="int"),
 )
+# audit_node options its action plugin uses on the controller to shape the task's result; never
+# sent to the node.
+RESULT_OPTIONS = dict(
+    details=dict(type="bool", default=True),
+)
+# Every audit_node option the controller keeps for itself.
+CONTROLLER_OPTIONS = dict(EVALUATION_OPTIONS, **RESULT_OPTIONS)
 # audit_node options whose default is another audit_node option's value.
 AUDIT_FALLBACKS = {"nvidia_proc_path": "proc_path"}
 
 
 def audit_argument_spec():
-    """kubegpu.fleet.audit_node's argument_spec, from the registry (plus the evaluation
+    """kubegpu.fleet.audit_node's argument_spec, from the registry (plus the controller's
     options, which the module accepts and ignores: its action plugin takes them out)."""
     out = {}
     for probe in REGISTRY:
@@ -270,7 +277,7 @@ def audit_argument_spec():
             if audit_name not in out:
                 out[audit_name] = probe_options.spec({name: probe.options[name]})[name]
     out.update(probe_options.spec(AUDIT_EXTRA_OPTIONS))
-    out.update(probe_options.spec(EVALUATION_OPTIONS))
+    out.update(probe_options.spec(CONTROLLER_OPTIONS))
     for name, fallback in AUDIT_FALLBACKS.items():
         out[name].pop("default", None)
         if fallback not in out:
@@ -369,10 +376,10 @@ def run_probe(name, func, warn):
 
 
 def run_probes(params, host, clock=time.time):
-    """Run the registered probes in order with audit_node's ``params`` (the evaluation
+    """Run the registered probes in order with audit_node's ``params`` (the controller's
     options are dropped); ``host`` gives ``warn``, ``run_command`` and ``get_bin_path`` (the
     AnsibleModule). Returns ``(probes, elapsed)``."""
-    params = dict((k, v) for k, v in params.items() if k not in EVALUATION_OPTIONS)
+    params = dict((k, v) for k, v in params.items() if k not in CONTROLLER_OPTIONS)
     return run_all(params, host, lambda name, func: run_probe(name, func, host.warn), clock)
 
 

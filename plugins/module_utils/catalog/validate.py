@@ -108,8 +108,27 @@ def normalize_version_text(scheme, text):
     return t
 
 
+# Parsed versions by (scheme, text): a catalog names the same bounds over and over, and every node's
+# evaluation compares with them. Versions are never changed once made; the cache stops growing at
+# PARSED_MAX (a long-lived process that parses many node-supplied texts just parses them).
+_PARSED = {}
+PARSED_MAX = 8192
+
+
 def parse_version(scheme, text):
     """Parse ``text`` with the scheme's ordering; CatalogError names the bad value."""
+    key = (scheme, text) if isinstance(text, str) else None
+    if key is not None:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            return hit
+    version = _parse_version(scheme, text)
+    if key is not None and len(_PARSED) < PARSED_MAX:
+        _PARSED[key] = version
+    return version
+
+
+def _parse_version(scheme, text):
     t = normalize_version_text(scheme, text)
     try:
         if scheme == "driver":
@@ -123,19 +142,27 @@ def parse_version(scheme, text):
     raise CatalogError("unknown version scheme %r" % (scheme,))
 
 
+_PARTS = {}
+
+
 def _parts(version):
+    """The dotted parts of a version's text, as a tuple; remembered (up to PARSED_MAX texts): a
+    node's version is compared with every affected range of the catalog."""
     text = version.text if hasattr(version, "text") else str(version)
-    text = text[1:] if text.startswith("v") else text
-    return re.split(r"[.-]", text)
+    parts = _PARTS.get(text)
+    if parts is None:
+        parts = tuple(re.split(r"[.-]", text[1:] if text.startswith("v") else text))
+        if len(_PARTS) < PARSED_MAX:
+            _PARTS[text] = parts
+    return parts
 
 
 def in_branch(version, branch):
     """True when ``branch`` ("570", "1.17") is a leading dotted prefix of ``version``."""
     if branch is None:
         return True
-    want = str(branch).split(".")
-    have = _parts(version)
-    return have[:len(want)] == want
+    want = tuple(str(branch).split("."))
+    return _parts(version)[:len(want)] == want
 
 
 def cvss_rating(score):

@@ -11,13 +11,14 @@
    checks the shape of every probe result and runs each probe's controller-side step
    (:data:`CONTROLLER_STEPS`: stack_facts' config.toml, parsed under plugin_utils/parse_bound.py)
    - a result of the wrong shape or a step that fails becomes that probe's failure with a
-   message, as on the node, never the task's - and sets the ``nvidia``, ``kubelet`` and
-   ``nvidia_stack`` facts from the probes that succeeded.
+   message, as on the node, never the task's.
 3. It evaluates the findings here, on the controller (audit/evaluate.py, with the
-   catalog v2 - loaded once for the task, plugin_utils/catalog/load.py - and the node's API
-   view from the ``api`` option), and
+   catalog v2 - read and validated once per ansible-playbook run, see :func:`warm` - and the
+   node's API view from the ``api`` option), and
    sets ``kubegpu_audit`` (the fact kubegpu.fleet.audit_report aggregates) - so the audit needs one
-   task execution per node. A node the module cannot reach is recorded as unreachable (with
+   task execution per node. With ``details`` the result keeps the probes' data and sets the
+   ``nvidia``, ``kubelet`` and ``nvidia_stack`` facts; without (the audit role's default) it is
+   the evaluation and each probe's outcome. A node the module cannot reach is recorded as unreachable (with
    a warning; the task itself succeeds so the fact is kept), a module that fails as a whole
    becomes an error of each probe: the node is never dropped from the report.
 """
@@ -28,13 +29,16 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_text
 
 from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import (
+    CONTROLLER_OPTIONS,
     EVALUATION_OPTIONS,
     NAMES,
     REGISTRY,
+    RESULT_OPTIONS,
     evaluation_input,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as rules_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.module_args import args_with_catalog, redact_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack.facts import finish_stack_facts, shown
@@ -98,6 +102,30 @@ def finish_probes(probes, node, warnings):
     return failed
 
 
+def lift_facts(probes, facts):
+    """Set each succeeded probe's fact (``nvidia``, ``kubelet``, ``nvidia_stack``) in ``facts``, the
+    task's ``ansible_facts`` (``details``: the probe results keep theirs too, as the probe
+    modules' tasks would register them)."""
+    for probe in REGISTRY:
+        res = probes[probe.name]
+        if probe.facts and not (res.get("failed") or res.get("skipped")) \
+                and probe.facts in (res.get("ansible_facts") or {}):
+            facts[probe.facts] = res["ansible_facts"][probe.facts]
+
+
+# What a probe's result keeps without ``details``: its outcome.
+OUTCOME_KEYS = ("changed", "failed", "msg", "raised_at", "skipped", "skip_reason")
+
+
+def outcomes(probes):
+    """Each probe's outcome (:data:`OUTCOME_KEYS`) without its data, once the evaluation has read
+    the data (``details`` false, the audit role's default): an audited node's result is then its
+    evaluation - ``kubegpu_audit``, whose findings carry their evidence - and what each probe did,
+    about a tenth of the size. Each byte of a result costs controller CPU per node: the worker
+    cleans and sends it, the main process registers it and stores its facts."""
+    return dict((name, dict((k, res[k]) for k in OUTCOME_KEYS if k in res)) for name, res in probes.items())
+
+
 def summary(probes):
     """audit_node's ``msg`` for ``probes`` (as the module words it)."""
     failed = [n for n in NAMES if probes[n].get("failed")]
@@ -131,12 +159,13 @@ def whole_failure(msg):
 
 def audit_node(task, raw_args):
     """The probes' round trip, their controller-side steps and the evaluation (see the module docstring)."""
-    node_args = dict((k, v) for k, v in raw_args.items() if k not in EVALUATION_OPTIONS)
-    validated = ArgumentSpecValidator(EVALUATION_OPTIONS).validate(
-        dict((k, v) for k, v in raw_args.items() if k in EVALUATION_OPTIONS))
+    node_args = dict((k, v) for k, v in raw_args.items() if k not in CONTROLLER_OPTIONS)
+    validated = ArgumentSpecValidator(CONTROLLER_OPTIONS).validate(
+        dict((k, v) for k, v in raw_args.items() if k in CONTROLLER_OPTIONS))
     if validated.error_messages:
         raise runner.ActionFailed("; ".join(validated.error_messages))
-    ev = validated.validated_parameters
+    ev = dict((k, v) for k, v in validated.validated_parameters.items() if k in EVALUATION_OPTIONS)
+    details = validated.validated_parameters["details"]
     error = evaluate.check_evaluation_options(ev)
     if error:
         raise runner.ActionFailed(error)
@@ -170,11 +199,6 @@ def audit_node(task, raw_args):
         if controller_failed or catalog_error is not None or module_result.get("failed_probes") != failed:
             module_result["failed_probes"] = failed
             module_result["msg"] = summary(probes)
-        for probe in REGISTRY:
-            res = probes[probe.name]
-            if probe.facts and not (res.get("failed") or res.get("skipped")) \
-                    and probe.facts in (res.get("ansible_facts") or {}):
-                facts[probe.facts] = res["ansible_facts"][probe.facts]
     elif module_result.get("failed") and not set(("module_stderr", "module_stdout")) & set(module_result):
         # The module ran and refused its options (fail_json; a crash or a missing interpreter
         # comes back as MODULE FAILURE with module_stderr/module_stdout): the caller's error, not the
@@ -195,7 +219,12 @@ def audit_node(task, raw_args):
     findings, audit = evaluate.evaluate(node, ctx, ev)
     facts["kubegpu_audit"] = audit
     out = dict(module_result)
-    out.update(failed=False, changed=False, findings=findings, ansible_facts=facts)
+    out.update(failed=False, changed=False, ansible_facts=facts)
+    if details:
+        lift_facts(probes, facts)
+        out["findings"] = findings
+    else:
+        out["probes"] = outcomes(probes)
     return out
 
 
@@ -205,6 +234,22 @@ def _unreachable(node, msg):
             "ansible_facts": {"kubegpu_audit": evaluate.unreachable_audit(node, msg)},
             "warnings": ["%s is unreachable, recorded as such: %s" % (node, msg)]}
 
+
+def warm():
+    """Fill this process's caches that every node's evaluation reads - the bundled catalog (read
+    and validated when plugin_utils/catalog/load.py is imported), the versions it names, its
+    newest driver bulletin - never raising. Called when this module is imported: ansible-playbook
+    imports the audit_node action plugin in its main process before it forks a worker per node, so
+    each worker starts with them instead of redoing them for its one node."""
+    try:
+        entries = catalog_load.for_task(None).entries
+        if entries:
+            rules_catalog.latest_driver_bulletin(entries)
+    except Exception:  # pylint: disable=broad-except  # the task reports the same problem itself
+        pass
+
+
+warm()
 
 # The options go to the module (which validates them) but for the evaluation options, validated here.
 ACTION = runner.Action(None, audit_node)

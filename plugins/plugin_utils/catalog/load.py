@@ -185,7 +185,8 @@ def catalog_entries(extra=None, directory=None):
 
 
 def driver_payload(docs):
-    """The catalog a module on the node gets: the bundled driver document with its defect entries only."""
+    """The catalog a module on the node gets: the bundled driver document with its defect entries
+    only (a new copy on each call: the caller may change it)."""
     out = []
     for doc in docs:
         if isinstance(doc, dict) and doc.get("component") == DRIVER_COMPONENT:
@@ -230,3 +231,23 @@ def for_task(extra=None, directory=None):
     except CatalogError as e:
         return TaskCatalog(entries=list(entries), error=to_native(e))
     return TaskCatalog(entries=merged, node_catalog=driver_payload(docs))
+
+
+def preload():
+    """Read and validate the bundled catalog into this process's cache; never raises (the task
+    that needs the catalog reports a problem itself, with the same message).
+
+    Called when this module is first imported. ansible-playbook's strategy loads an action
+    plugin's class in its main process (``action_loader.get(..., class_only=True)``, to read
+    ``BYPASS_HOST_LOOP``) before it forks a worker per host for the task, so the action plugins
+    that import this module - the audit's per-node action above all - find the catalog already
+    read and validated in every worker: once per ansible-playbook run instead of once per host.
+    A file changed since (size or mtime) is read again: ``load_bundled_docs`` compares them.
+    """
+    try:
+        load_bundled_docs()
+    except Exception:  # pylint: disable=broad-except  # reported by the task that needs the catalog
+        pass
+
+
+preload()

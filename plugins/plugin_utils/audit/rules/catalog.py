@@ -254,7 +254,24 @@ def rule_catalog(ctx):
     return out
 
 
+# The last catalog latest_driver_bulletin read and its answer: every node's evaluation asks it of
+# the same catalog (the same entry objects, loaded once per process).
+_LATEST = {"catalog": None, "answer": None}
+
+
 def latest_driver_bulletin(catalog):
+    """The newest driver bulletin of ``catalog`` (:func:`read_latest_driver_bulletin`), worked out
+    again only when the catalog is not the same entries as on the last call (the audit's action
+    plugin asks once when it is imported, before ansible forks its workers: see node_audit.py)."""
+    last = _LATEST["catalog"]
+    if last is None or len(last) != len(catalog) or any(a is not b for a, b in zip(last, catalog)):
+        _LATEST["answer"] = read_latest_driver_bulletin(catalog)
+        _LATEST["catalog"] = list(catalog)
+    answer = _LATEST["answer"]
+    return None if answer is None else (answer[0], list(answer[1]), list(answer[2]))
+
+
+def read_latest_driver_bulletin(catalog):
     """``(advisory, listed branches, sources)`` of the newest driver security bulletin in the
     catalog (latest ``advisory.date``, then id), or None when no driver entry names a dated one.
     The branches are the data-center rows' (vGPU guest-driver items left out) of that bulletin's

@@ -250,3 +250,23 @@ def test_catalog_extra_is_refused_without_jsonschema():
     assert "base_score" in errors[2] and "nan" in errors[2], errors[2]
     assert errors[3] is None
     assert math.isnan(nan["entries"][0]["cves"][0]["cvss"]["base_score"])
+
+
+def test_parsed_versions_are_remembered_up_to_a_bound_and_errors_never(monkeypatch):
+    from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog import validate as v
+    monkeypatch.setattr(v, "_PARSED", {})
+    monkeypatch.setattr(v, "PARSED_MAX", 3)
+    one = v.parse_version("driver", "570.172.08")
+    assert v.parse_version("driver", "570.172.08") is one
+    assert v.parse_version("semver", "570.172.08") is not one        # the scheme is part of the key
+    for bad in ("570.x", "not a version"):
+        with pytest.raises(v.CatalogError):
+            v.parse_version("driver", bad)
+    assert len(v._PARSED) == 2
+    v.parse_version("driver", "580.95.05")
+    v.parse_version("driver", "595.45.04")                              # past the bound: parsed, not kept
+    assert len(v._PARSED) == 3 and ("driver", "595.45.04") not in v._PARSED
+    assert v.parse_version("driver", "595.45.04") == v.parse_version("driver", "595.45.04")
+    assert v.in_branch(v.parse_version("driver", "570.172.08"), "570")
+    assert not v.in_branch(v.parse_version("driver", "570.172.08"), "57")
+    assert v.in_branch(v.parse_version("device-plugin", "v0.17.1"), "0.17")

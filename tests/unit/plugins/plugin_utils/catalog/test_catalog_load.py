@@ -135,3 +135,52 @@ def test_audit_node_loads_the_catalog_once_for_the_node_and_the_evaluation(fresh
     assert name == "kubegpu.fleet.audit_node" and sent["_catalog"][0]["component"] == "driver"
     assert result["ansible_facts"]["kubegpu_audit"]["node"] == "gpu-node-1"
     assert _loads(fresh) == {"bundled": 1, "extra": 1}
+
+
+# What ansible-playbook's strategy does before it forks the task's workers (linear and free:
+# action_loader.get(..., class_only=True)), then what a forked worker does with the catalog.
+STRATEGY_THEN_WORKER = r"""
+import json, os, sys
+from ansible.plugins.loader import action_loader, init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+action_loader.get(sys.argv[2], class_only=True)
+load = sys.modules["ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.load"]
+before = load.LOADS["bundled"]
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    task_catalog = load.for_task(None)
+    os.write(w, json.dumps({"loads": load.LOADS["bundled"] - before,
+                            "entries": len(task_catalog.entries or [])}).encode())
+    os._exit(0)
+os.close(w)
+child = json.loads(os.read(r, 65536))
+os.waitpid(pid, 0)
+json.dump({"main": before, "worker": child}, sys.stdout)
+"""
+
+
+@pytest.mark.parametrize("action", ["kubegpu.fleet.audit_node", "kubegpu.fleet.driver_guard"])
+def test_the_main_process_reads_the_catalog_once_for_every_worker(action):
+    """Loading a per-node action plugin's class reads and validates the bundled catalog (the strategy
+    does it in ansible-playbook's main process); a worker forked from there reads nothing again."""
+    import json
+    import subprocess
+    import sys
+    root = cl.COLLECTION_ROOT
+    for _i in range(3):
+        root = os.path.dirname(root)        # .../ansible_collections/kubegpu/fleet -> the collections root
+    out = subprocess.run([sys.executable, "-c", STRATEGY_THEN_WORKER, root, action], check=True,
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout
+    got = json.loads(out)
+    assert got["main"] == 1
+    assert got["worker"]["loads"] == 0 and got["worker"]["entries"] > 200
+
+
+def test_preload_never_raises_and_the_task_reports_the_problem(fresh, tmp_path, monkeypatch):
+    """A bundled catalog that cannot be read fails nothing at import: the task that needs it says why."""
+    monkeypatch.setattr(cl, "CATALOG_DIR", str(tmp_path / "missing"))
+    cl.preload()
+    assert _loads(fresh)["bundled"] == 0
+    task_catalog = cl.for_task()
+    assert task_catalog.entries is None and "cannot read the catalog v2" in task_catalog.entries_error

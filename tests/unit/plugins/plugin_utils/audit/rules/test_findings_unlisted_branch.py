@@ -76,3 +76,18 @@ def test_guest_driver_items_and_items_of_another_bulletin_do_not_list_a_branch()
     (f,) = unlisted(fs.rule_catalog(ctx("535.309.01", CATALOG + [newer])))
     assert f["evidence"]["listed_branches"] == [580]
     assert unlisted(fs.rule_catalog(ctx("580.10.01", CATALOG + [newer]))) == []
+
+
+def test_the_newest_bulletin_is_worked_out_once_per_catalog_and_handed_out_as_copies():
+    first = fs.latest_driver_bulletin(CATALOG)
+    assert first == fs.read_latest_driver_bulletin(CATALOG)
+    first[1].append(999)
+    first[2].append("https://example.com/changed-by-a-caller")
+    again = fs.latest_driver_bulletin(list(CATALOG))          # a new list of the same entries: the same answer
+    assert again == fs.read_latest_driver_bulletin(CATALOG) and 999 not in again[1]
+    # another catalog (a site's overlay dropped the newest bulletin's entries) is worked out afresh
+    aid = str(again[0]["id"])
+    older = [e for e in CATALOG if str((e.get("advisory") or {}).get("id")) != aid]
+    assert fs.latest_driver_bulletin(older) == fs.read_latest_driver_bulletin(older)
+    assert str(fs.latest_driver_bulletin(older)[0]["id"]) != aid
+    assert fs.latest_driver_bulletin(CATALOG) == fs.read_latest_driver_bulletin(CATALOG)
