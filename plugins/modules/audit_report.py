@@ -14,6 +14,9 @@ description:
     (schema C(kubegpu.fleet/audit-report) version 1, see C(docs/audit-report.schema.json)) and
     writes it atomically on the controller.
   - Hosts without a finished audit are listed as C(unreachable) or C(failed), never dropped.
+  - The task decides the run's verdict and never fails on it - RV(failing) (findings at or above O(fail_on)) and
+    RV(coverage_failing) (the GPU nodes the audit did not see, when more than O(max_unaudited) allows); the
+    M(kubegpu.fleet.audit) role's report step fails once on either, after the reports are written.
   - The C(security.<component>) findings are grouped by CVE across the fleet - the report's C(cves)
     list (id, highest CVSS, severity, components, affected node count and names, fixed versions,
     advisories, sources), a CVE table in the HTML and Markdown files and the
@@ -99,6 +102,21 @@ options:
     type: str
     choices: [critical, warning, info, never]
     default: critical
+  max_unaudited:
+    description:
+      - How many GPU nodes in the report's scope the audit may fail to see - C(unreachable), C(failed),
+        C(not_audited) (no slice covered it) or C(not inspected) (audited, but its probes saw nothing) - before
+        RV(coverage_failing) lists them. The GPU nodes in scope are the report's nodes but those that are not a
+        GPU node (coverage C(not_gpu_node)); nodes out of O(scope) are not in the report.
+      - A whole number of nodes, or a whole percentage of the GPU nodes in scope as a string (V(10%)), rounded
+        down as Kubernetes rounds a Deployment's C(maxUnavailable) - 10% of 9 nodes allows 0, of 10 allows 1, of
+        19 allows 1. Exactly the allowed number passes; no node in scope passes. At most V(100%), which never
+        fails. A negative, fractional or larger value fails the task before anything is read.
+      - The default, V(10%), fails a nightly run where a slice failed or a tenth of the fleet went unseen while
+        routine churn (a few nodes drained or rebooting) passes; a fleet under 10 GPU nodes allows none. The
+        report's C(summary.coverage_limit) (and every format) says the limit and whether it was exceeded.
+    type: raw
+    default: "10%"
   cluster_findings:
     description: Findings from M(kubegpu.fleet.audit_cluster).
     type: list
@@ -130,6 +148,10 @@ options:
       - A Node label whose values group the nodes in the report's summary (C(summary.by_group)), for
         example the node pool label C(cloud.google.com/gke-nodepool), C(eks.amazonaws.com/nodegroup) or
         C(kubernetes.azure.com/agentpool). The labels are those the cluster pass read for each node.
+      - Every node counts in its group, audited or not - a node the audit did not see by its Node's labels as
+        the cluster lists it (the report's C(labels_from) says where a node's labels come from); a node known
+        only from the inventory has no labels (C(labels_from) null, group null). A node the audit did not see
+        counts under its GPU model the same way (GPU Feature Discovery's C(nvidia.com/gpu.product) label).
       - Unset - no grouping (C(summary.by_group) is null).
     type: str
 extends_documentation_fragment:
@@ -154,6 +176,13 @@ EXAMPLES = r"""
     store: kubernetes
     known_nodes: "{{ query('ansible.builtin.inventory_hostnames', 'gpu_nodes') }}"
     dest: /var/lib/kubegpu/audit
+    max_unaudited: "5%"   # coverage_failing lists the unseen GPU nodes when more than 5% of them went unseen
+  register: fleet_report
+
+- name: Fail on findings or on a fleet the audit did not see enough of
+  ansible.builtin.fail:
+    msg: "{{ fleet_report.failing | length }} failing finding(s). {{ fleet_report.coverage_limit.message or '' }}"
+  when: fleet_report.failing | length > 0 or fleet_report.coverage_failing | length > 0
 """
 
 RETURN = r"""
@@ -173,6 +202,20 @@ failing:
   returned: success
   type: list
   elements: dict
+coverage_failing:
+  description:
+    - When the audit did not see more GPU nodes in scope than O(max_unaudited) allows, every one of them (node,
+      status - C(unreachable), C(failed), C(not_audited) or C(not_inspected) - and why); else empty.
+  returned: success
+  type: list
+  elements: dict
+coverage_limit:
+  description:
+    - The report's C(summary.coverage_limit) without its node list - C(max_unaudited), C(nodes_in_scope),
+      C(allowed), C(unaudited), C(by_status), C(exceeded) - and C(message) (null when not exceeded), the
+      failure message naming the first 20 nodes not seen.
+  returned: success
+  type: dict
 report:
   description: The whole report document, C(cves) included.
   returned: success

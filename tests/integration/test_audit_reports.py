@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 CHROMIUM = shutil.which("chromium")
+FAIL_TASK = "kubegpu.fleet.audit : Fail on findings at or above critical or on GPU nodes the audit did not see"
 PROMTOOL = shutil.which("promtool")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with open(os.path.join(REPO, "galaxy.yml")) as _fh:
@@ -88,8 +89,12 @@ def run_audit(ansible, tmp_path, check=False, cluster_findings=None, report_vars
 def test_reports_written_and_play_fails_on_critical(ansible, tmp_path):
     res, report_dir = run_audit(ansible, tmp_path)
     assert res.rc == 2, res.stdout[-3000:]
-    fail = res.task("kubegpu.fleet.audit : Fail on findings at or above critical", host="localhost")
+    fail = res.task(FAIL_TASK, host="localhost")
     assert fail["failed"] and "driver.known_bad@gpu-bad" in fail["msg"]
+    # the same task, once, says the run's other reason: gpu-gone unreachable, 1 of 3 where 10% allows 0
+    assert ("the audit did not see 1 of the 3 GPU nodes in scope (1 unreachable); max_unaudited 10% allows 0 of 3 "
+            "(rounded down): exceeded. Not seen: gpu-gone (unreachable).") in fail["msg"]
+    assert [t["_task"] for t in res.tasks() if t.get("failed")] == [FAIL_TASK]
     with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
         report = json.load(f)
     s = report["summary"]
@@ -171,6 +176,66 @@ def test_audit_role_records_an_unreachable_node(ansible, tmp_path):
     assert report["summary"]["unreachable"] == ["gpu-gone"]
     node = report["nodes"][0]
     assert (node["name"], node["status"]) == ("gpu-gone", "unreachable")
+
+
+def unreachable_fleet(ansible, tmp_path, check=False, **report_vars):
+    """The real role over three hosts none of which can be reached (the nightly job whose nodes are
+    all down), then its report step."""
+    report_dir = str(tmp_path / "reports")
+    inventory = tmp_path / "inv.yml"
+    gone = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+            "ansible_ssh_common_args": "-o ConnectTimeout=2 -o StrictHostKeyChecking=no"}
+    inventory.write_text(json.dumps({"all": {"hosts": dict(("gpu-%d" % i, gone) for i in range(3))}}))
+    plays = [
+        {"name": "nodes", "hosts": "all", "gather_facts": False, "roles": [{"role": "kubegpu.fleet.audit"}]},
+        {"name": "report", "hosts": "localhost", "gather_facts": False, "tasks": [
+            {"name": "Fleet report", "ansible.builtin.include_role": {"name": "kubegpu.fleet.audit", "tasks_from": "report"},
+             "vars": dict({"kubegpu_audit_report_dir": report_dir}, **report_vars)}]},
+    ]
+    res = ansible.playbook(plays, inventory=str(inventory), check=check, env={"ANSIBLE_HOST_KEY_CHECKING": "False"})
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        report = json.load(f)
+    return res, report, report_dir
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check_mode"])
+def test_a_run_that_saw_no_node_fails_naming_them(ansible, tmp_path, check):
+    """Every node unreachable, no finding: fail_on alone would pass; the coverage limit (default 10%)
+    fails the report step once with the nodes and the limit, after the reports are written - in
+    check mode the same."""
+    res, report, report_dir = unreachable_fleet(ansible, tmp_path, check=check)
+    assert res.rc == 2, res.stdout[-3000:]
+    fail = res.task(FAIL_TASK, host="localhost")
+    assert fail["failed"] and "finding(s)" not in fail["msg"], fail["msg"]
+    assert fail["msg"].startswith(
+        "the audit did not see 3 of the 3 GPU nodes in scope (3 unreachable); max_unaudited 10% allows 0 of 3 (rounded "
+        "down): exceeded. Not seen: gpu-0 (unreachable), gpu-1 (unreachable), gpu-2 (unreachable). "), fail["msg"]
+    assert '"100%" turns this check off' in fail["msg"] and os.path.join(report_dir, "kubegpu-audit.json") in fail["msg"]
+    assert [t["_task"] for t in res.tasks() if t.get("failed")] == [FAIL_TASK]
+    written = res.task("kubegpu.fleet.audit : Write the fleet audit report", host="localhost")
+    assert [e["node"] for e in written["coverage_failing"]] == ["gpu-0", "gpu-1", "gpu-2"]
+    assert all("port 1" in e["why"] or "Connection refused" in e["why"] for e in written["coverage_failing"])
+    s = report["summary"]
+    assert (s["nodes_unreachable"], s["failing"]) == (3, 0)
+    assert s["coverage_limit"] == {"max_unaudited": "10%", "nodes_in_scope": 3, "allowed": 0, "unaudited": 3,
+                                   "by_status": {"unreachable": 3, "failed": 0, "not_audited": 0, "not_inspected": 0},
+                                   "nodes": ["gpu-0", "gpu-1", "gpu-2"], "exceeded": True}
+    prom = open(os.path.join(report_dir, "kubegpu_audit.prom")).read().splitlines()
+    assert "kubegpu_audit_coverage_limit_exceeded 1" in prom and 'kubegpu_audit_unaudited_nodes{reason="unreachable"} 3' in prom
+
+
+def test_max_unaudited_100_percent_turns_the_check_off(ansible, tmp_path):
+    res, report, _dir = unreachable_fleet(ansible, tmp_path, kubegpu_audit_max_unaudited="100%")
+    assert res.rc == 0, res.stdout[-3000:]
+    assert res.task(FAIL_TASK, host="localhost").get("skipped")
+    lim = report["summary"]["coverage_limit"]
+    assert (lim["max_unaudited"], lim["allowed"], lim["unaudited"], lim["exceeded"]) == ("100%", 3, 3, False)
+    # a limit that is no number nor a percentage fails the report task with the reason, nothing written
+    res = ansible.playbook([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "report", "ignore_errors": True, "kubegpu.fleet.audit_report": {
+            "hosts": ["localhost"], "dest": str(tmp_path / "bad"), "max_unaudited": "10.5%"}}]}])
+    out = res.task("report")
+    assert out["failed"] and "whole percent" in out["msg"] and not os.path.exists(str(tmp_path / "bad"))
 
 
 def test_check_mode_gives_the_same_report(ansible, tmp_path):

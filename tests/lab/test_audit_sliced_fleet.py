@@ -4,7 +4,8 @@
 Against the lab's Kubernetes API double (the store: annotations and conditions on the Nodes) and
 seven local "nodes" whose NVIDIA trees differ (each host's proc/dev paths): the unsliced run and the
 sliced run give the same entry per node (status, findings, coverage, node pool); a node the cluster
-has and the inventory lacks is not audited; fail_on fails the report step once and no slice; after
+has and the inventory lacks is not audited, counted in its pool by its Node's labels; fail_on and the
+coverage limit (that node: 1 of 8 where 10% allows 0) fail the report step once and no slice; after
 one node is fixed the next sliced run reports that finding resolved and the others persisting with
 the first run's first-seen time; a run pointed at one pool lists that pool's nodes only.
 test_audit_sliced_lab.py does the same on booted lab nodes over ssh.
@@ -87,6 +88,8 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     assert unsliced["run"]["id"] == "awx-job-100"
     fail = res.task(FAIL_TASK)
     assert fail["failed"] and all("uvm.node_missing@%s" % n in fail["msg"] for n in NO_UVM)
+    assert ("the audit did not see 1 of the 8 GPU nodes in scope (1 not audited); max_unaudited 10%% allows 0 of 8 "
+            "(rounded down): exceeded. Not seen: %s (not audited)." % LEFT_OUT) in fail["msg"], fail["msg"]
     by = findings_by_node(unsliced)
     assert by[LEFT_OUT] == ("not_audited", []) and "cpu-0" not in by
     assert sorted(n for n, (_s, f) in by.items() if "uvm.node_missing" in [x["id"] for x in f]) == list(NO_UVM)
@@ -95,7 +98,13 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
         assert entries[name]["coverage"]["status"] == "gpu_node", entries[name]
         assert entries[name]["coverage"]["checks"]["driver"]["state"] == "yes"
         assert entries[name]["group"] == pool(name)
+    # the node no slice covered is in its pool, by the labels of its Node as the report step lists it
+    assert (entries[LEFT_OUT]["group"], entries[LEFT_OUT]["labels_from"]) == (pool(LEFT_OUT), "cluster")
     assert unsliced["summary"]["by_group"]["label"] == "pool"
+    assert dict((g["value"], (g["nodes"], g["audited"])) for g in unsliced["summary"]["by_group"]["groups"]) == {
+        "train": (4, 4), "infer": (4, 3)}
+    limit = unsliced["summary"]["coverage_limit"]
+    assert (limit["nodes_in_scope"], limit["allowed"], limit["nodes"], limit["exceeded"]) == (8, 0, [LEFT_OUT], True)
     assert unsliced["run"]["scope"] == "fleet" and unsliced["run"]["nodes_out_of_scope"] == 0
     first_time = unsliced["generated_at"]
     stored = proc.client.state()["objects"]["nodes"]
@@ -118,6 +127,7 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
     assert sliced["summary"]["by_group"] == unsliced["summary"]["by_group"]
     assert sliced["summary"]["coverage"] == unsliced["summary"]["coverage"]
     assert sliced["summary"]["not_audited"] == [LEFT_OUT]
+    assert sliced["summary"]["coverage_limit"] == unsliced["summary"]["coverage_limit"]
     assert sliced["summary"]["failing"] == unsliced["summary"]["failing"] == len(NO_UVM)
     assert sliced["changes"]["counts"]["new"] == 0 and sliced["changes"]["counts"]["resolved"] == 0
     for n in sliced["nodes"]:
@@ -157,6 +167,7 @@ def test_sliced_audit_equals_unsliced_and_says_what_changed(tmp_path, api_double
                               {"awx_job_id": 400, "kubegpu_targets": ":".join(TRAIN)})
     assert res.rc == 0, res.stdout[-3000:]
     assert [n["name"] for n in targeted["nodes"]] == list(TRAIN)
+    assert targeted["summary"]["coverage_limit"]["nodes_in_scope"] == len(TRAIN)   # out of scope: not counted
     assert targeted["summary"]["not_audited"] == [] and targeted["run"]["scope"] == "targets"
     assert targeted["run"]["out_of_scope"] == sorted(set(HOSTS + [LEFT_OUT]) - set(TRAIN))
     assert targeted["summary"]["failing"] == 0   # gpu-b's uvm.node_missing is fixed; gpu-e is out of scope
@@ -269,7 +280,9 @@ def test_sliced_audit_through_a_directory_store(tmp_path):
     missing = sorted(set(HOSTS) - set(ran))
     assert report["summary"]["not_audited"] == missing
     gone = [n for n in report["nodes"] if n["name"] == missing[0]][0]
-    assert "the last result is of run nightly-1" in gone["error"]
+    assert "the last result is of run nightly-1" in gone["error"] and gone["labels_from"] == "last_result"
+    limit = report["summary"]["coverage_limit"]
+    assert (limit["nodes"], limit["by_status"]["not_audited"], limit["exceeded"]) == (missing, len(missing), True)
     ch = report["changes"]
     assert [(e["node"], e["id"]) for e in ch["resolved"]] == [("gpu-e", "uvm.node_missing")]
     assert [e["node"] for e in ch["persisting"] if e["id"] == "uvm.node_missing"] == ["gpu-b"]

@@ -5,7 +5,8 @@ reproduces it (test_audit_sliced_fleet.py does the same against local hosts).
 Four one-GPU nodes; gpu-a and gpu-c never load nvidia-uvm (uvm.node_missing, critical); the
 inventory the jobs get lacks gpu-d. The results are published on the Nodes (store = kubernetes).
 An unsliced run and a run sliced 3 ways plus the report step give the same entry per node (status,
-findings, coverage, pool); gpu-d is not audited; fail_on fails the report step once and no slice.
+findings, coverage, pool); gpu-d is not audited, counted in its pool by its Node's labels; fail_on
+and the coverage limit (gpu-d: 1 of 4 where 10% allows 0) fail the report step once and no slice.
 Then the device_plugin role (the remediation of uvm.node_missing) fixes gpu-a over ssh, and the
 next sliced run reports that finding resolved and every other finding persisting with the first
 run's first-seen time. The published conditions survive the kubelet's own status updates.
@@ -100,6 +101,7 @@ def test_sliced_audit_on_lab_nodes_equals_unsliced_and_says_what_changed(lab, an
     assert unsliced["run"]["id"] == "awx-job-100"
     fail = res.task(FAIL_TASK)
     assert fail["failed"] and all("uvm.node_missing@%s" % n in fail["msg"] for n in NO_UVM), fail["msg"]
+    assert "Not seen: %s (not audited)." % LEFT_OUT in fail["msg"], fail["msg"]
     by = findings_by_node(unsliced)
     assert sorted(by) == NODES
     assert by[LEFT_OUT] == ("not_audited", [])
@@ -110,6 +112,11 @@ def test_sliced_audit_on_lab_nodes_equals_unsliced_and_says_what_changed(lab, an
         assert entries[name]["coverage"]["status"] == "gpu_node", entries[name]
         assert entries[name]["coverage"]["checks"]["driver"]["state"] == "yes", entries[name]["coverage"]
         assert entries[name]["group"] == lab.lab.state["specs"][name]["pool"]
+    # the node no slice covered is in its pool, by the labels of its Node as the report step lists it
+    assert (entries[LEFT_OUT]["group"], entries[LEFT_OUT]["labels_from"]) == ("infer", "cluster"), entries[LEFT_OUT]
+    assert dict((g["value"], (g["nodes"], g["audited"])) for g in unsliced["summary"]["by_group"]["groups"]) == {
+        "train": (2, 2), "infer": (2, 1)}
+    assert unsliced["summary"]["coverage_limit"]["exceeded"] is True
     assert unsliced["summary"]["not_audited"] == [LEFT_OUT]
     critical = sum(1 for n in unsliced["nodes"] for f in n["findings"] if f["severity"] == "critical")
     assert unsliced["summary"]["failing"] == critical > len(NO_UVM)   # the lab's driver and toolkit advisories too

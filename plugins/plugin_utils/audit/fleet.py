@@ -22,7 +22,10 @@ workflow's aggregated artifacts to the next node: awx/main/models/workflow.py
 **The fleet.** ``fleet_nodes`` lists every node in the run's scope: a node whose record is of
 the reported run is reported as that record says; any other node of the scope is
 ``not_audited`` - no record, an older run's (named, with its time), or a record that failed the
-checks (the reason). ``kubegpu_audit_fail_on`` is then applied by the report to the whole fleet,
+checks (the reason). A node not audited takes its labels (its node pool, GPU Feature Discovery's
+GPU product) from the cluster's Node when the cluster lists it, else from its last result of an
+older run; a node known only from the inventory has none, and its reason says so.
+``kubegpu_audit_fail_on`` and ``max_unaudited`` are then applied by the report to the whole fleet,
 once. The scope (``SCOPES``) is what the run declared it covers:
 
 * ``fleet`` - the whole fleet: every GPU Node the cluster has, every node the inventory knows and
@@ -82,17 +85,36 @@ def select_run(records, run_id=None):
     return newest["run"]["id"]
 
 
+def cluster_labels(cluster_nodes):
+    """``{name: labels}`` of every Node the cluster lists (its ``metadata.labels``, bounded as the
+    audit bounds them: ``results.node_view_labels``); a Node whose labels are malformed is left out."""
+    out = {}
+    for node in cluster_nodes or []:
+        meta = node.get("metadata") if isinstance(node, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            continue
+        try:
+            out[name] = results.node_view_labels(meta.get("labels"))
+        except results.StoredResultError:
+            continue
+    return out
+
+
 def fleet_nodes(records, rejected, run_id, known=(), cluster_nodes=None, scope="fleet"):
     """``build_report``'s nodes for run ``run_id``: the nodes of the run's records, and every other
     node of the ``scope`` (see the module docstring) - known to the inventory (``known``: node
-    names), the cluster (``cluster_nodes``: its GPU Nodes) or the store - as ``not_audited`` with
-    the reason. Returns ``(nodes, run_records, out_of_scope)`` (``out_of_scope``: the sorted names
-    of the other nodes, not listed)."""
+    names), the cluster (``cluster_nodes``: its Nodes; None when the store does not list them) or
+    the store - as ``not_audited`` with the reason and, where known, the labels. Returns ``(nodes,
+    run_records, out_of_scope)`` (``out_of_scope``: the sorted names of the other nodes, not listed)."""
     if scope not in SCOPES:
         raise ValueError("scope must be one of %s, got %r" % (", ".join(SCOPES), scope))
     everywhere = set(records) | set(rejected) | set(n for n in known if n)
     for node in cluster_nodes or []:
-        if isinstance(node, dict) and gpu_nodes.is_gpu_node(node):
+        meta = node.get("metadata") if isinstance(node, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("labels") or {}, dict):
+            continue   # a malformed Node (its labels not a mapping) is no GPU Node the report can tell
+        if gpu_nodes.is_gpu_node(node):
             name = gpu_nodes.node_name(node)
             if isinstance(name, str) and name:
                 everywhere.add(name)
@@ -100,22 +122,31 @@ def fleet_nodes(records, rejected, run_id, known=(), cluster_nodes=None, scope="
         names = everywhere
     else:
         names = set(n for n in known if n) | set(n for n, r in records.items() if r["run"]["id"] == run_id)
+    views = cluster_labels(cluster_nodes)
     out, run_records = [], {}
     for name in sorted(names):
         record = records.get(name)
         if record is not None and record["run"]["id"] == run_id:
             run_records[name] = record
             out.append({"name": name, "status": record["status"], "error": record["error"],
-                        "findings": record["findings"], "coverage": record["coverage"], "labels": record["labels"]})
-        elif record is not None:
-            out.append({"name": name, "status": "not_audited", "findings": [],
-                        "error": "not audited in run %s: the last result is of run %s at %s"
-                                 % (run_id, record["run"]["id"], record["run"]["time"])})
+                        "findings": record["findings"], "coverage": record["coverage"], "labels": record["labels"],
+                        "labels_from": "result"})
+            continue
+        labels, source = views.get(name), "cluster"
+        if record is not None:
+            error = ("not audited in run %s: the last result is of run %s at %s"
+                     % (run_id, record["run"]["id"], record["run"]["time"]))
+            if labels is None:
+                labels, source = record["labels"], "last_result"
         elif name in rejected:
-            out.append({"name": name, "status": "not_audited", "findings": [], "error": rejected[name]})
+            error = rejected[name]
         else:
-            out.append({"name": name, "status": "not_audited", "findings": [],
-                        "error": "no slice of run %s published a result for this node" % run_id})
+            error = "no slice of run %s published a result for this node" % run_id
+        if labels is None:
+            error += ("; the cluster lists no Node %s: its labels are not known" % name if cluster_nodes is not None
+                      else "; its labels are not known (this store does not list the cluster's Nodes)")
+        out.append({"name": name, "status": "not_audited", "findings": [], "error": error, "labels": labels,
+                    "labels_from": source if labels is not None else None})
     return out, run_records, sorted(everywhere - names)
 
 

@@ -418,7 +418,7 @@ def parse_node_annotations(node_name, annotations, labels=None):
             findings.append(_stored(fid, severity, row.title if row else fid, evidence, {}, []))
     doc = {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, "node": s.get("node"),
            "run": {"id": s.get("run"), "time": s.get("time")}, "status": s.get("status"), "error": s.get("error"),
-           "findings": findings, "coverage": cov, "labels": _node_labels(labels),
+           "findings": findings, "coverage": cov, "labels": node_view_labels(labels),
            "first_seen": dict((k, v[1]) for k, v in ids.items() if v[1] is not None),
            "previous": s.get("previous")}
     try:
@@ -434,9 +434,10 @@ def parse_node_annotations(node_name, annotations, labels=None):
     return record
 
 
-def _node_labels(labels):
+def node_view_labels(labels):
     """A Node's ``metadata.labels`` as the audit keeps them (evaluate.node_labels: strings only,
-    at most ``LABELS_MAX``, each cut at ``LABEL_TEXT_MAX``)."""
+    at most ``LABELS_MAX``, each cut at ``LABEL_TEXT_MAX``); None is ``{}``; raises
+    :class:`StoredResultError` for labels that are not a mapping."""
     if labels is None:
         return {}
     if not isinstance(labels, dict):

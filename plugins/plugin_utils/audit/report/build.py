@@ -8,7 +8,8 @@
 summary, ``cves`` (``group_cves``: the ``security.*`` findings grouped across the fleet by CVE),
 ``hands_on`` (hardware work for a person) and, when the audit's catalog is given, ``catalog``
 (``catalog_state``: how current the known-bad catalog is). ``failing_findings`` picks the
-findings at or above ``fail_on``. Pure functions: nothing here touches the network or nodes.
+findings at or above ``fail_on``; ``coverage_limit`` decides whether the audit saw too few of the
+nodes in scope (``max_unaudited``). Pure functions: nothing here touches the network or nodes.
 
 A finding's severity and title are the finding's own: a rule takes them from the finding table
 (``plugin_utils/audit/finding_types.py``) and may change them per instance from the evidence, so
@@ -48,6 +49,13 @@ GENERATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
 SEVERITY_RANK = {"info": 1, "warning": 2, "critical": 3}
 # not_audited: a node the cluster or inventory knows that no slice of the run covered (audit/fleet.py)
 NODE_STATUSES = ("audited", "unreachable", "failed", "not_audited")
+# Where a node's labels (its group, the GPU models of a node the audit did not see) come from:
+# "result" - the node's result of the run (the audit's view of its Node; with the kubernetes store
+# the Node the result is published on); "cluster" - the Node as the cluster lists it, for a node
+# without a result of the run or without a finished audit; "last_result" - a node no slice of the
+# run covered, as its last (older) result had them; None - not known (a node known only from the
+# inventory, or a host whose audit did not finish and that the cluster pass did not see).
+LABEL_SOURCES = ("result", "cluster", "last_result")
 
 
 class ReportError(ValueError):
@@ -227,7 +235,7 @@ def catalog_state(entries, today, max_age_days=CATALOG_MAX_AGE_DAYS, error=None)
 
 def build_report(nodes, cluster_findings=None, generated_at=None, collection_version=None,
                  fail_on="critical", run=None, catalog=None, catalog_max_age_days=CATALOG_MAX_AGE_DAYS,
-                 catalog_error=None, group_label=None):
+                 catalog_error=None, group_label=None, max_unaudited=None):
     """Aggregate per-node results into the report document.
 
     ``catalog``: the entries of the known-bad catalog the audit used (or ``catalog_error``, why
@@ -247,7 +255,17 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
 
     ``group_label``: a Node label (a node pool: ``cloud.google.com/gke-nodepool``,
     ``eks.amazonaws.com/nodegroup``, ...) whose values group the nodes in ``summary.by_group``.
+    A node entry's ``labels`` are None when they are not known (``labels_from``: ``LABEL_SOURCES``);
+    a node the audit did not see gets its GPU models from them (``gpu_models``: GPU Feature
+    Discovery's labels), so it is counted in its pool and GPU model all the same.
+
+    ``max_unaudited``: how many of the GPU nodes in scope the audit may fail to see
+    (``coverage_limit``; default ``DEFAULT_MAX_UNAUDITED``); ``summary.coverage_limit`` says the
+    limit, the count and whether it was exceeded.
     """
+    if max_unaudited is None:
+        max_unaudited = DEFAULT_MAX_UNAUDITED
+    max_unaudited = check_max_unaudited(max_unaudited)
     if group_label is not None and (not isinstance(group_label, str) or not group_label.strip()):
         raise ReportError("group_label must be a Node label name, got %r" % (group_label,))
     if fail_on not in SEVERITY_RANK and fail_on not in ("never", "none"):
@@ -284,11 +302,18 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         if status not in NODE_STATUSES:
             raise ReportError("node %r has unknown status %r" % (name, status))
         findings = [_check_finding(f, name) for f in entry.get("findings") or []]
+        known = isinstance(entry.get("labels"), dict)
         labels = as_dict(entry.get("labels"))
-        out_nodes.append({"name": name, "status": status, "error": entry.get("error"),
-                          "findings": sorted(findings, key=_finding_order),
-                          "coverage": check_coverage(entry.get("coverage"), name),
-                          "group": _text_or_none(labels.get(group_label)) if group_label is not None else None})
+        source = entry.get("labels_from")
+        row = {"name": name, "status": status, "error": entry.get("error"),
+               "findings": sorted(findings, key=_finding_order),
+               "coverage": check_coverage(entry.get("coverage"), name),
+               "group": _text_or_none(labels.get(group_label)) if group_label is not None else None,
+               "labels_from": (source if source in LABEL_SOURCES else "result") if known else None}
+        if status != "audited":
+            # what the audit would have said: the GPU models the cluster's Node labels name
+            row["gpu_models"] = audit_coverage.gpu_models({"api": {"labels": labels}}) if known else {}
+        out_nodes.append(row)
 
     by_name = {n["name"]: n for n in out_nodes}
     cluster = []
@@ -332,7 +357,7 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
         "schema_version": SCHEMA_VERSION,
         "generated_at": generated_at,
         "collection_version": collection_version,
-        "run": dict(run or {}, fail_on=fail_on),
+        "run": dict(run or {}, fail_on=fail_on, max_unaudited=max_unaudited),
         "summary": {
             "nodes_total": len(out_nodes),
             "nodes_audited": counts["audited"],
@@ -356,6 +381,7 @@ def build_report(nodes, cluster_findings=None, generated_at=None, collection_ver
             "coverage": coverage_counts(out_nodes),
             "by_gpu_model": by_gpu_model(out_nodes),
             "by_group": None if group_label is None else {"label": group_label, "groups": by_group(out_nodes)},
+            "coverage_limit": coverage_limit(out_nodes, max_unaudited),
         },
         "nodes": out_nodes,
         "cluster": {"findings": cluster},
@@ -489,25 +515,35 @@ def _node_tally(entry, node):
         entry["with_findings"] += 1
 
 
+def node_gpu_models(node):
+    """``{model: GPUs}`` of a report node: what the audit saw (its coverage), else, for a node the
+    audit did not see, what the cluster's Node labels say (``gpu_models``); {} when neither."""
+    if node["status"] == "audited":
+        return (node.get("coverage") or {}).get("gpu_models") or {}
+    return node.get("gpu_models") or {}
+
+
 def by_gpu_model(nodes):
-    """``[{"model", "nodes", "gpus", "clean", "with_findings"}]``: the audited nodes per GPU model
-    (a node with two models counts under each; ``model`` None: no model known), most nodes first."""
+    """``[{"model", "nodes", "audited", "gpus", "clean", "with_findings"}]``: the nodes per GPU model
+    (``node_gpu_models``; a node with two models counts under each; ``model`` None: no model
+    known), most nodes first."""
     out = {}
     for node in nodes:
-        if node["status"] != "audited":
-            continue
-        models = (node.get("coverage") or {}).get("gpu_models") or {None: 0}
+        models = node_gpu_models(node) or {None: 0}
         for model, count in models.items():
-            entry = out.setdefault(model, {"model": model, "nodes": 0, "gpus": 0, "clean": 0, "with_findings": 0})
+            entry = out.setdefault(model, {"model": model, "nodes": 0, "audited": 0, "gpus": 0, "clean": 0,
+                                           "with_findings": 0})
             entry["gpus"] += count
+            if node["status"] == "audited":
+                entry["audited"] += 1
             _node_tally(entry, node)
     return sorted(out.values(), key=lambda e: (-e["nodes"], e["model"] is None, e["model"] or ""))
 
 
 def by_group(nodes):
     """``[{"value", "nodes", "audited", "clean", "with_findings"}]``: the nodes per value of the
-    report's ``group_label`` (``value`` None: no such label, or the node was not audited), most
-    nodes first."""
+    report's ``group_label`` (``value`` None: the node has no such label, or its labels are not
+    known - ``labels_from`` None), most nodes first."""
     out = {}
     for node in nodes:
         value = node.get("group") if isinstance(node.get("group"), str) else None
@@ -653,3 +689,142 @@ def failing_findings(report, fail_on):
     out = [f for n in report["nodes"] for f in n["findings"] if severity_rank(f["severity"]) >= threshold]
     out += [f for f in report.get("cluster", {}).get("findings", []) if severity_rank(f["severity"]) >= threshold]
     return out
+
+
+# ------------------------------------------------------------------------------ the coverage limit
+# How many GPU nodes in the report's scope the audit may fail to see before the run fails, as a
+# Kubernetes maxUnavailable: a whole number, or a percentage of the nodes in scope rounded down
+# (a Deployment's maxUnavailable: kubernetes pkg/controller/deployment/util/deployment_util.go
+# ResolveFenceposts calls intstr.GetScaledValueFromIntOrPercent(maxUnavailable, desired, false),
+# roundUp false; the apps/v1 API reference: "Absolute number is calculated from percentage by
+# rounding down"), at most 100% (the apps validation's IsNotMoreThan100Percent). "100%" never fails.
+DEFAULT_MAX_UNAUDITED = "10%"
+# a node in scope the audit did not see, by why; "not_inspected" is an audited node whose probes
+# saw nothing (its coverage); "not a GPU node" is no GPU node: neither counted nor in scope
+UNAUDITED = ("unreachable", "failed", "not_audited", "not_inspected")
+UNAUDITED_LABELS = {"unreachable": "unreachable", "failed": "failed", "not_audited": "not audited",
+                    "not_inspected": "not inspected"}
+MESSAGE_NODES_MAX = 20    # nodes named in the failure message; the report names them all
+WHY_MAX = 300             # characters of a node's reason in ``coverage_failing``
+_PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
+_COUNT = re.compile(r"^[0-9]{1,9}\Z")
+MAX_UNAUDITED_COUNT = 999999999   # a whole number of nodes: 9 digits, as a string may have
+
+
+def check_max_unaudited(value):
+    """``value`` as the report keeps it: a whole number >= 0 (an ``int``; a string of digits, as an
+    extra variable may arrive, too) or a percentage string ``"N%"``, 0 <= N <= 100. Raises
+    :class:`ReportError` for anything else (a negative, fractional or over-100% value, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ReportError("max_unaudited must be a whole number of nodes or a percentage such as \"10%%\", got %r"
+                          % (value,))
+    if isinstance(value, int):
+        if value < 0 or value > MAX_UNAUDITED_COUNT:
+            raise ReportError("max_unaudited must not be negative nor more than %d nodes, got %d"
+                              % (MAX_UNAUDITED_COUNT, value))
+        return value
+    text = value.strip()
+    if _COUNT.match(text):
+        return int(text)
+    m = _PERCENT.match(text)
+    if m is None:
+        raise ReportError("max_unaudited must be a whole number of nodes or a percentage such as \"10%%\" (whole "
+                          "percent), got %r" % (value,))
+    if int(m.group(1)) > 100:
+        raise ReportError("max_unaudited must not be more than 100%%, got %r" % (value,))
+    return "%d%%" % int(m.group(1))
+
+
+def allowed_unaudited(max_unaudited, in_scope):
+    """The number of nodes ``max_unaudited`` allows of ``in_scope`` nodes: the number itself, or the
+    percentage of ``in_scope`` rounded down (10% of 9 nodes: 0; of 10: 1; of 19: 1)."""
+    value = check_max_unaudited(max_unaudited)
+    if isinstance(value, int):
+        return value
+    return int(value[:-1]) * in_scope // 100
+
+
+def unaudited_status(node):
+    """Why the audit did not see the report node (one of ``UNAUDITED``), or None: it saw it, or it is
+    not a GPU node."""
+    if node["status"] != "audited":
+        return node["status"]
+    if (node.get("coverage") or {}).get("status") == "not_inspected":
+        return "not_inspected"
+    return None
+
+
+def _why(node, status):
+    if status == "not_inspected":
+        text = (node.get("coverage") or {}).get("reason")
+    else:
+        text = node.get("error")
+    text = str(text) if text is not None else UNAUDITED_LABELS[status]
+    return text if len(text) <= WHY_MAX else text[:WHY_MAX] + "..."
+
+
+def coverage_limit(nodes, max_unaudited=DEFAULT_MAX_UNAUDITED):
+    """Whether the audit saw enough of the report's nodes (its scope: out-of-scope nodes are not in
+    ``nodes``). The GPU nodes in scope are every node but the audited ones that are not a GPU
+    node; of them, those unreachable, failed, not audited or not inspected are unaudited.
+    ``{"max_unaudited", "nodes_in_scope", "allowed", "unaudited", "by_status", "nodes",
+    "exceeded"}``: ``exceeded`` when more nodes are unaudited than ``allowed``
+    (``allowed_unaudited``); exactly the allowed number passes, no nodes in scope pass."""
+    value = check_max_unaudited(max_unaudited)
+    in_scope = [n for n in nodes if not (n["status"] == "audited"
+                                         and (n.get("coverage") or {}).get("status") == "not_gpu_node")]
+    by_status = dict((s, []) for s in UNAUDITED)
+    for node in in_scope:
+        status = unaudited_status(node)
+        if status is not None:
+            by_status[status].append(node["name"])
+    names = sorted(name for group in by_status.values() for name in group)
+    allowed = allowed_unaudited(value, len(in_scope))
+    return {"max_unaudited": value, "nodes_in_scope": len(in_scope), "allowed": allowed, "unaudited": len(names),
+            "by_status": dict((s, len(v)) for s, v in by_status.items()), "nodes": names,
+            "exceeded": len(names) > allowed}
+
+
+def coverage_failing(report):
+    """``[{"node", "status", "why"}]``: every unaudited node of ``report`` when its coverage limit
+    is exceeded (sorted by node), else []."""
+    limit = report["summary"]["coverage_limit"]
+    if not limit["exceeded"]:
+        return []
+    out = []
+    for node in report["nodes"]:
+        status = unaudited_status(node)
+        if status is not None:
+            out.append({"node": node["name"], "status": status, "why": _why(node, status)})
+    return sorted(out, key=lambda e: e["node"])
+
+
+def limit_text(limit):
+    """``max_unaudited 10% allows 0 of 4`` - what the limit allows of the nodes in scope."""
+    value = limit["max_unaudited"]
+    rounded = isinstance(value, str) and int(value[:-1]) * limit["nodes_in_scope"] % 100
+    return "max_unaudited %s allows %d of %d%s" % (value, limit["allowed"], limit["nodes_in_scope"],
+                                                   " (rounded down)" if rounded else "")
+
+
+def coverage_limit_text(limit):
+    """One sentence of what the audit saw of the GPU nodes in scope and what the limit allows."""
+    if limit["unaudited"] == 0:
+        seen = "the audit saw all %d GPU nodes in scope" % limit["nodes_in_scope"]
+    else:
+        seen = "the audit did not see %d of the %d GPU nodes in scope (%s)" % (
+            limit["unaudited"], limit["nodes_in_scope"],
+            ", ".join("%d %s" % (limit["by_status"][s], UNAUDITED_LABELS[s]) for s in UNAUDITED if limit["by_status"][s]))
+    return "%s; %s" % (seen, limit_text(limit))
+
+
+def coverage_message(limit, failing):
+    """The failure message of an exceeded coverage limit: what was not seen, the limit, the first
+    ``MESSAGE_NODES_MAX`` nodes with why (``failing``: ``coverage_failing``); None when not exceeded."""
+    if not limit["exceeded"]:
+        return None
+    shown = ", ".join("%s (%s)" % (e["node"], UNAUDITED_LABELS[e["status"]]) for e in failing[:MESSAGE_NODES_MAX])
+    more = len(failing) - MESSAGE_NODES_MAX
+    return ("%s: exceeded. Not seen: %s%s. The report lists every one with why; max_unaudited "
+            "(kubegpu_audit_max_unaudited) \"100%%\" turns this check off."
+            % (coverage_limit_text(limit), shown, " and %d more" % more if more > 0 else ""))

@@ -30,6 +30,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import 
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build import (
     CVE_NODE_LIST_MAX,
     RENDER_MAX_DEPTH,
+    coverage_limit_text,
     json_safe,
 )
 
@@ -146,6 +147,11 @@ def render_html(report):
                      % (cls, label, value, label))
     parts.append(Markup("</div>"))
     parts += _html_catalog(report.get("catalog"))
+    limit = s.get("coverage_limit")
+    if isinstance(limit, dict):
+        parts.append(Markup('<p id="coverage-limit">%sCoverage limit: %s.</p>')
+                     % (Markup('<span class="sev critical">exceeded</span> ') if limit["exceeded"] else Markup(""),
+                        coverage_limit_text(limit)))
     for key, hid, label in (("unreachable", "unreachable", "Unreachable"), ("failed", "failed", "Audit failed on"),
                             ("not_audited", "not-audited", "Not audited in this run"),
                             ("not_gpu_node", "not-gpu-node", "Not a GPU node"),
@@ -262,13 +268,13 @@ def _html_tables(s):
                                    "value")):
         if not rows:
             continue
-        parts.append(Markup('<h3 id="%s">%s</h3><table class="%s"><thead><tr><th>%s</th><th>nodes</th><th>clean</th>'
-                            "<th>with findings</th></tr></thead><tbody>") % (hid, title, hid, key))
+        parts.append(Markup('<h3 id="%s">%s</h3><table class="%s"><thead><tr><th>%s</th><th>nodes</th><th>audited</th>'
+                            "<th>clean</th><th>with findings</th></tr></thead><tbody>") % (hid, title, hid, key))
         shown, more = view.bounded(rows, view.ROWS_MAX)
         for row in shown:
-            parts.append(Markup('<tr class="fi"><td>%s</td><td>%d</td><td>%d</td><td>%d</td></tr>')
+            parts.append(Markup('<tr class="fi"><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>')
                          % (view.short(row[key]) if row[key] is not None else Markup("<em>none</em>"), row["nodes"],
-                            row["clean"], row["with_findings"]))
+                            row.get("audited", row["nodes"]), row["clean"], row["with_findings"]))
         parts.append(Markup("</tbody></table>"))
         if more:
             parts.append(Markup('<p class="more">%d more rows: see the JSON report.</p>') % more)

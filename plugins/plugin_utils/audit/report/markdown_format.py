@@ -18,6 +18,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report.build i
     INVISIBLE,
     RENDER_MAX_DEPTH,
     clean_text,
+    coverage_limit_text,
     json_safe,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import view
@@ -94,6 +95,13 @@ def render_markdown(report):
         _md(""),
     ]
     lines += _markdown_catalog(report.get("catalog"))
+    limit = s.get("coverage_limit")
+    if isinstance(limit, dict):
+        if limit["exceeded"]:
+            lines.append(_md("**Coverage limit exceeded:** %s.", coverage_limit_text(limit)))
+        else:
+            lines.append(_md("Coverage limit: %s.", coverage_limit_text(limit)))
+        lines.append(_md(""))
     for label, key in (("Unreachable", "unreachable"), ("Audit failed on", "failed"),
                        ("Not a GPU node", "not_gpu_node"), ("Not inspected", "not_inspected"),
                        ("Not audited in this run", "not_audited")):
@@ -184,12 +192,12 @@ def _markdown_tables(report):
                              (_md("Nodes by %s", group.get("label")), group.get("groups") or [], "value")):
         if not rows:
             continue
-        lines += [_md("## %s", title), _md(""), _md("| %s | nodes | clean | with findings |", key),
-                  _md("| --- | --- | --- | --- |")]
+        lines += [_md("## %s", title), _md(""), _md("| %s | nodes | audited | clean | with findings |", key),
+                  _md("| --- | --- | --- | --- | --- |")]
         shown, more = view.bounded(rows, view.ROWS_MAX)
         for row in shown:
-            lines.append(_md("| %s | %d | %d | %d |", view.short(row[key]) if row[key] is not None else _md("(none)"),
-                             row["nodes"], row["clean"], row["with_findings"]))
+            lines.append(_md("| %s | %d | %d | %d | %d |", view.short(row[key]) if row[key] is not None else _md("(none)"),
+                             row["nodes"], row.get("audited", row["nodes"]), row["clean"], row["with_findings"]))
         lines.append(_md(""))
         if more:
             lines += [_md("%d more rows: see the JSON report.", more), _md("")]

@@ -94,6 +94,21 @@ def render_prometheus(report):
     metric("kubegpu_audit_node_hands_on", "gauge",
            "1 when the node has GPU hardware work for a person (RMA, GPU off the bus, Xid to investigate).",
            [({"node": n["name"]}, 1 if n["name"] in needs_hands else 0) for n in report["nodes"]])
+    limit = s.get("coverage_limit")
+    if isinstance(limit, dict):
+        metric("kubegpu_audit_unaudited_nodes", "gauge",
+               "GPU nodes in the report's scope the last audit did not see, by why (unreachable, failed, not_audited: "
+               "no slice covered it, not_inspected: its probes saw nothing).",
+               [({"reason": reason}, limit["by_status"][reason]) for reason in sorted(limit["by_status"])])
+        metric("kubegpu_audit_unaudited_nodes_allowed", "gauge",
+               "GPU nodes the last audit may fail to see (max_unaudited of the nodes in scope, rounded down).",
+               [({}, limit["allowed"])])
+        metric("kubegpu_audit_gpu_nodes_in_scope", "gauge",
+               "GPU nodes in the last audit report's scope (every node but those that are not a GPU node).",
+               [({}, limit["nodes_in_scope"])])
+        metric("kubegpu_audit_coverage_limit_exceeded", "gauge",
+               "1 when the last audit did not see more GPU nodes than max_unaudited allows (the run failed on it).",
+               [({}, 1 if limit["exceeded"] else 0)])
     metric("kubegpu_audit_timestamp_seconds", "gauge", "Unix time the last kubegpu.fleet audit finished.",
            [({}, _epoch(report["generated_at"]))])
     cat = report.get("catalog")

@@ -6,7 +6,9 @@
 ``ACTION`` is what the action plugin runs (plugin_utils/action/runner.py): gather each named
 host's ``kubegpu_audit`` fact (``audit_nodes``), date the known-bad catalog the audit used (the
 same loader and ``catalog_extra``), build the report (``build.build_report``), render each asked
-format and write it.
+format and write it. The task returns the findings at or above ``fail_on`` (``failing``) and, when
+the audit did not see more of the nodes in scope than ``max_unaudited`` allows, those nodes
+(``coverage_failing``, ``coverage_limit.message``): the role's one fail task fails on either.
 
 The report directory and files are created and written through the collection's one write
 primitive (module_utils/_common/fileutil.py), run here by the user running ansible-playbook: a
@@ -22,6 +24,7 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils._common import fileu
 from ansible_collections.kubegpu.fleet.plugins.module_utils.catalog.validate import CatalogError
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import fleet, publish, select
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.evaluate import node_labels
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import (
     build,
     html_format,
@@ -46,6 +49,8 @@ ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},
     "formats": {"type": "list", "elements": "str", "default": list(FORMATS), "choices": list(FORMATS)},
     "fail_on": {"type": "str", "default": "critical", "choices": ["critical", "warning", "info", "never"]},
+    # how many GPU nodes in scope the audit may fail to see: a number or "N%" (build.check_max_unaudited)
+    "max_unaudited": {"type": "raw", "default": build.DEFAULT_MAX_UNAUDITED},
     "cluster_findings": {"type": "list", "elements": "dict", "default": []},
     "collection_version": {"type": "str"},
     "run": {"type": "dict", "default": {}},
@@ -65,10 +70,23 @@ ARGUMENT_SPEC = {
 ARGUMENT_SPEC.update(k8s_client.AUTH_ARG_SPEC)
 
 
+def cluster_node_views(hostvars):
+    """The cluster pass's view of each Node (``kubegpu_cluster.cluster.nodes`` of localhost, where
+    kubegpu.fleet.audit_cluster runs); {} without one."""
+    hv = hostvars["localhost"] if "localhost" in hostvars else {}
+    registered = hv.get("kubegpu_cluster") if hasattr(hv, "get") else None
+    nodes = ((registered.get("cluster") if isinstance(registered, dict) else None) or {})
+    nodes = nodes.get("nodes") if isinstance(nodes, dict) else None
+    return nodes if isinstance(nodes, dict) else {}
+
+
 def audit_nodes(hosts, hostvars):
     """``build_report``'s nodes from each host's ``kubegpu_audit`` fact: a host without a finished
-    audit (no fact, or a host missing from the inventory) is a failed node, never dropped."""
+    audit (no fact, or a host missing from the inventory) is a failed node, never dropped. A node
+    the audit did not see takes its labels from the cluster pass's view of its Node, when the
+    cluster has one; else its labels are not known (None)."""
     nodes = []
+    views = None
     for host in hosts:
         hv = hostvars[host] if host in hostvars else {}  # Mapping.get raises for a host not in the inventory (2.19)
         audit = hv.get("kubegpu_audit")
@@ -77,12 +95,19 @@ def audit_nodes(hosts, hostvars):
             nodes.append({"name": audit.get("node") or name, "status": "audited",
                           "findings": audit.get("findings") or [], "coverage": audit.get("coverage"),
                           "labels": audit.get("labels")})
-        elif isinstance(audit, dict) and audit.get("status") in ("unreachable", "failed"):
-            nodes.append({"name": audit.get("node") or name, "status": audit["status"],
-                          "error": audit.get("error"), "findings": []})
+            continue
+        if isinstance(audit, dict) and audit.get("status") in ("unreachable", "failed"):
+            entry = {"name": audit.get("node") or name, "status": audit["status"],
+                     "error": audit.get("error"), "findings": []}
         else:
-            nodes.append({"name": name, "status": "failed", "findings": [],
-                          "error": "the audit did not finish on this host (failed before evaluation)"})
+            entry = {"name": name, "status": "failed", "findings": [],
+                     "error": "the audit did not finish on this host (failed before evaluation)"}
+        if views is None:
+            views = cluster_node_views(hostvars)
+        view = views.get(entry["name"])
+        if isinstance(view, dict) and view.get("exists") is True:
+            entry.update(labels=node_labels(view), labels_from="cluster")
+        nodes.append(entry)
     return nodes
 
 
@@ -124,6 +149,10 @@ def work(task, args):
 def _work(task, args, secrets):
     fleet_run = None
     chooser = None
+    try:
+        args["max_unaudited"] = build.check_max_unaudited(args["max_unaudited"])   # before the store is read
+    except build.ReportError as e:
+        raise runner.ActionFailed(str(e))
     if args["select"]:
         if not args["store"]:
             raise runner.ActionFailed("select chooses nodes from the published results: it needs store")
@@ -161,7 +190,8 @@ def _work(task, args, secrets):
                                     collection_version=args["collection_version"] or build.collection_version(),
                                     run=args["run"], catalog=catalog, catalog_error=catalog_error,
                                     catalog_max_age_days=args["catalog_max_age_days"],
-                                    group_label=args["group_label"] or None)
+                                    group_label=args["group_label"] or None,
+                                    max_unaudited=args["max_unaudited"])
     except build.ReportError as e:
         raise runner.ActionFailed("cannot build the audit report: %s" % e)
     if fleet_run is not None:
@@ -171,10 +201,14 @@ def _work(task, args, secrets):
     except OSError as e:
         raise runner.ActionFailed("cannot write the audit report to %s: %s" % (args["dest"], e))
     failing = build.failing_findings(report, args["fail_on"])
+    unseen = build.coverage_failing(report)
+    limit = dict((k, v) for k, v in report["summary"]["coverage_limit"].items() if k != "nodes")
+    limit["message"] = build.coverage_message(limit, unseen)
     # Reports are controller-side artifacts, written in check mode too; the task never
     # reports a change so the audit stays idempotent.
     return {"changed": False, "files": files, "summary": report["summary"],
             "failing": [failing_entry(f) for f in failing],
+            "coverage_failing": unseen, "coverage_limit": limit,
             "report": report}
 
 

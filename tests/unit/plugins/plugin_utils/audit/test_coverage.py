@@ -206,7 +206,7 @@ def test_the_report_counts_coverage_models_and_groups():
     assert (s["nodes_clean"], s["nodes_not_gpu"], s["nodes_not_inspected"]) == (2, 1, 1)
     assert s["coverage"]["status"] == {"gpu_node": 2, "not_gpu_node": 1, "not_inspected": 1}
     assert s["coverage"]["driver"] == {"yes": 2, "no": 1, "unknown": 1, "off": 0}
-    assert s["by_gpu_model"][0] == {"model": H100, "nodes": 2, "gpus": 4, "clean": 2, "with_findings": 0}
+    assert s["by_gpu_model"][0] == {"model": H100, "nodes": 2, "audited": 2, "gpus": 4, "clean": 2, "with_findings": 0}
     assert s["by_group"]["label"] == "cloud.google.com/gke-nodepool"
     assert s["by_group"]["groups"] == [
         {"value": "train", "nodes": 2, "audited": 2, "clean": 2, "with_findings": 0},

@@ -168,3 +168,75 @@ def test_the_report_from_the_store_has_each_nodes_coverage_and_group():
     stored = build.build_report(nodes, generated_at=T1, group_label="pool")
     assert stored["nodes"] == direct["nodes"] and stored["summary"] == direct["summary"]
     assert stored["summary"]["not_gpu_node"] == ["cpu-0"] and stored["summary"]["nodes_clean"] == 0
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def test_a_node_no_slice_audited_is_grouped_by_its_nodes_labels_from_the_cluster():
+    """gpu-d of pool infer, left out of every slice: the cluster's Node gives its pool and GPU product,
+    so the infer row counts it; a node known only from the inventory has no labels and says so."""
+    records = dict((e["name"], results.make_record(e, "run-2", T2)) for e in (
+        dict(entry("gpu-a", CRIT), labels={"pool": "train", "nvidia.com/gpu.product": H100}),
+        dict(entry("gpu-c"), labels={"pool": "infer", "nvidia.com/gpu.product": H100})))
+    cluster = [{"metadata": {"name": n, "labels": dict(labels, **{"nvidia.com/gpu.present": "true"})}}
+               for n, labels in (("gpu-a", {"pool": "train"}), ("gpu-c", {"pool": "infer"}),
+                                 ("gpu-d", {"pool": "infer", "nvidia.com/gpu.product": H100,
+                                            "nvidia.com/gpu.count": "8"}))]
+    cluster.append({"metadata": {"name": "gpu-e", "labels": "not a mapping"}})
+    nodes, _r, _out = fleet.fleet_nodes(records, {}, "run-2", known=["gpu-a", "gpu-c", "gpu-x"], cluster_nodes=cluster)
+    by = dict((n["name"], n) for n in nodes)
+    assert by["gpu-d"]["labels"]["pool"] == "infer" and by["gpu-d"]["labels_from"] == "cluster"
+    assert by["gpu-x"]["labels"] is None and by["gpu-x"]["labels_from"] is None
+    assert by["gpu-x"]["error"].endswith("the cluster lists no Node gpu-x: its labels are not known")
+    rep = build.build_report(nodes, generated_at=T2, group_label="pool")
+    out = dict((n["name"], n) for n in rep["nodes"])
+    assert (out["gpu-d"]["status"], out["gpu-d"]["group"], out["gpu-d"]["labels_from"]) == ("not_audited", "infer", "cluster")
+    assert out["gpu-d"]["gpu_models"] == {H100: 8}
+    assert (out["gpu-x"]["group"], out["gpu-x"]["labels_from"], out["gpu-x"]["gpu_models"]) == (None, None, {})
+    assert out["gpu-a"]["labels_from"] == "result" and "gpu_models" not in out["gpu-a"]
+    groups = dict((g["value"], g) for g in rep["summary"]["by_group"]["groups"])
+    assert groups["infer"] == {"value": "infer", "nodes": 2, "audited": 1, "clean": 1, "with_findings": 0}
+    assert groups["train"]["nodes"] == 1 and groups[None]["nodes"] == 1   # gpu-x: labels not known
+    models = dict((m["model"], m) for m in rep["summary"]["by_gpu_model"])
+    assert (models[H100]["nodes"], models[H100]["audited"], models[H100]["gpus"]) == (1, 0, 8)
+    assert (models[None]["nodes"], models[None]["audited"]) == (3, 2)   # the audit saw no GPU model (no coverage)
+
+
+def test_without_the_clusters_nodes_a_node_not_audited_keeps_its_last_results_labels():
+    """The directory store lists no Node: a node of an older run keeps the labels its last result had
+    (labels_from last_result); a node without any result has none, and its reason says why."""
+    old = results.make_record(dict(entry("gpu-c", WARN), labels={"pool": "infer"}), "run-1", T1)
+    records = {"gpu-a": results.make_record(dict(entry("gpu-a"), labels={"pool": "train"}), "run-2", T2), "gpu-c": old}
+    nodes, _r, _out = fleet.fleet_nodes(records, {"gpu-r": "the result file of node gpu-r is not trusted: x"}, "run-2",
+                                        known=["gpu-x"])
+    by = dict((n["name"], n) for n in nodes)
+    assert (by["gpu-c"]["labels"], by["gpu-c"]["labels_from"]) == ({"pool": "infer"}, "last_result")
+    assert by["gpu-x"]["labels"] is None
+    assert by["gpu-x"]["error"].endswith("its labels are not known (this store does not list the cluster's Nodes)")
+    assert by["gpu-r"]["labels"] is None and by["gpu-r"]["error"].startswith("the result file of node gpu-r is not trusted")
+    rep = build.build_report(nodes, generated_at=T2, group_label="pool")
+    assert dict((n["name"], n["group"]) for n in rep["nodes"]) == {"gpu-a": "train", "gpu-c": "infer", "gpu-r": None,
+                                                                   "gpu-x": None}
+
+
+def test_an_unreachable_host_takes_its_labels_from_the_cluster_pass():
+    """The report of the play's hosts: a host the audit could not reach is grouped by the cluster
+    pass's view of its Node; a host the cluster does not list has no labels."""
+    from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.report import write
+    view = {"gpu-b": {"exists": True, "labels": {"pool": "infer", "nvidia.com/gpu.product": H100, 7: "x"}}}
+    hostvars = {"localhost": {"kubegpu_cluster": {"cluster": {"nodes": view}}},
+                "gpu-a": {"kubegpu_audit": {"status": "audited", "node": "gpu-a", "findings": [],
+                                            "labels": {"pool": "train"}}},
+                "gpu-b": {"kubegpu_audit": {"status": "unreachable", "node": "gpu-b", "error": "ssh: port 22"}},
+                "gpu-c": {}}
+    nodes = write.audit_nodes(["gpu-a", "gpu-b", "gpu-c"], hostvars)
+    assert nodes[1]["labels"] == {"pool": "infer", "nvidia.com/gpu.product": H100} and nodes[1]["labels_from"] == "cluster"
+    assert "labels" not in nodes[2]
+    rep = build.build_report(nodes, generated_at=T2, group_label="pool")
+    assert [(n["name"], n["status"], n["group"], n["labels_from"]) for n in rep["nodes"]] == [
+        ("gpu-a", "audited", "train", "result"), ("gpu-b", "unreachable", "infer", "cluster"),
+        ("gpu-c", "failed", None, None)]
+    assert [m["model"] for m in rep["summary"]["by_gpu_model"]] == [None, H100]
+    # without a cluster pass (kubegpu_audit_cluster false) the labels are not known
+    assert "labels" not in write.audit_nodes(["gpu-b"], dict(hostvars, localhost={}))[0]
