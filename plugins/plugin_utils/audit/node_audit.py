@@ -33,7 +33,6 @@ from ansible_collections.kubegpu.fleet.plugins.module_utils.audit.probes import 
     EVALUATION_OPTIONS,
     NAMES,
     REGISTRY,
-    RESULT_OPTIONS,
     evaluation_input,
 )
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
