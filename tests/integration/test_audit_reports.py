@@ -238,6 +238,22 @@ def test_max_unaudited_100_percent_turns_the_check_off(ansible, tmp_path):
     assert out["failed"] and "whole percent" in out["msg"] and not os.path.exists(str(tmp_path / "bad"))
 
 
+def test_a_node_pattern_that_matches_no_host_reports_no_node_not_localhost(ansible, tmp_path):
+    """The collection's audit playbook with kubegpu_targets matching no host (an empty group in tonight's
+    inventory): the report play's own localhost is not a node - the report has no node and passes."""
+    report_dir = str(tmp_path / "reports")
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(json.dumps({"all": {"children": {"gpu_nodes": {"hosts": {}}}}}))
+    res = ansible.playbook([{"ansible.builtin.import_playbook": "kubegpu.fleet.audit"}], inventory=str(inventory),
+                           extra_vars={"kubegpu_targets": "gpu_nodes", "kubegpu_audit_cluster": False,
+                                       "kubegpu_audit_report_dir": report_dir})
+    assert res.rc == 0, res.stdout[-3000:]
+    with open(os.path.join(report_dir, "kubegpu-audit.json")) as f:
+        report = json.load(f)
+    assert report["nodes"] == [] and report["summary"]["nodes_total"] == 0, report["summary"]
+    assert "localhost" not in json.dumps(report["summary"])
+
+
 def test_check_mode_gives_the_same_report(ansible, tmp_path):
     _res, d1 = run_audit(ansible, tmp_path / "a")
     _res, d2 = run_audit(ansible, tmp_path / "b", check=True)
