@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 CHROMIUM = shutil.which("chromium")
-FAIL_TASK = "kubegpu.fleet.audit : Fail on findings at or above critical or on GPU nodes the audit did not see"
+FAIL_TASK = "kubegpu.fleet.audit : Fail on GPU nodes the audit did not see or on findings at or above critical"
 PROMTOOL = shutil.which("promtool")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 with open(os.path.join(REPO, "galaxy.yml")) as _fh:

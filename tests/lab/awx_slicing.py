@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 AUDIT = os.path.join(REPO, "playbooks", "audit.yml")
 REPORT = os.path.join(REPO, "playbooks", "audit_fleet_report.yml")
 REPORT_TASK = "kubegpu.fleet.audit : Write the fleet audit report"
-FAIL_TASK = "kubegpu.fleet.audit : Fail on findings at or above critical or on GPU nodes the audit did not see"
+FAIL_TASK = "kubegpu.fleet.audit : Fail on GPU nodes the audit did not see or on findings at or above critical"
 # what says how a finding or node changed since the previous run (it differs from run to run)
 CHANGE_KEYS = ("first_seen", "known_days", "change", "previous_run", "resolved")
 
