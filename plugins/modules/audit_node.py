@@ -125,7 +125,7 @@ options:
       - V(false) - the result is the evaluation (C(ansible_facts.kubegpu_audit), whose findings carry their
         evidence) and each probe's outcome only (C(changed), C(failed), C(msg), C(raised_at), C(skipped),
         C(skip_reason)), about a tenth of the size. Each byte of a node's result costs controller CPU (the task
-        worker cleans and sends it, ansible-playbook's main process registers it), so the M(kubegpu.fleet.audit)
+        worker cleans and sends it, ansible-playbook's main process registers it), so the C(kubegpu.fleet.audit)
         role sets V(false) unless C(kubegpu_audit_details) is set.
       - Used on the controller, never sent to the node.
     type: bool

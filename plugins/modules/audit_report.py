@@ -16,7 +16,7 @@ description:
   - Hosts without a finished audit are listed as C(unreachable) or C(failed), never dropped.
   - The task decides the run's verdict and never fails on it - RV(failing) (findings at or above O(fail_on)) and
     RV(coverage_failing) (the GPU nodes the audit did not see, when more than O(max_unaudited) allows); the
-    M(kubegpu.fleet.audit) role's report step fails once on either, after the reports are written.
+    C(kubegpu.fleet.audit) role's report step fails once on either, after the reports are written.
   - The C(security.<component>) findings are grouped by CVE across the fleet - the report's C(cves)
     list (id, highest CVSS, severity, components, affected node count and names, fixed versions,
     advisories, sources), a CVE table in the HTML and Markdown files and the
