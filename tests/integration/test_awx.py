@@ -88,8 +88,11 @@ def test_audit_through_ansible_runner(tmp_path):
               and e["event_data"].get("task_action") == "kubegpu.fleet.audit_node"
               and e["event_data"].get("host") == "gpu-node-1"]
     assert len(probed) == 1
-    findings = probed[0]["event_data"]["res"]["findings"]
-    assert [f["id"] for f in findings] == ["uvm.node_missing"]
+    # the role's lean result (kubegpu_audit_details false): the findings are in the node's evaluation
+    res = probed[0]["event_data"]["res"]
+    findings = res["ansible_facts"]["kubegpu_audit"]["findings"]
+    assert "findings" not in res and set(res["ansible_facts"]) == {"kubegpu_audit"}
+    assert [f["id"] for f in findings] == ["uvm.node_missing"], findings
     artifact = os.path.join(str(pdd), "artifacts", r.config.ident)
     assert open(os.path.join(artifact, "status")).read() == "failed"
     assert open(os.path.join(artifact, "rc")).read() == "2"

@@ -103,7 +103,9 @@ def run_audit(lab, workdir):
     env = dict(ENV, TMPDIR=workdir)
     res = runner.playbook(PLAYBOOK, inventory=lab.inventory, env=env, timeout=900,
                           extra_vars={"kubegpu_audit_report_dir": report_dir, "kubegpu_audit_formats": ["json"],
-                                      "kubegpu_audit_fail_on": "never"})
+                                      "kubegpu_audit_fail_on": "never",
+                                      # the probes' data in the task results (the Xid scan's attempts, PCI presence)
+                                      "kubegpu_audit_details": True})
     assert res.rc == 0, res.stdout[-4000:] + res.stderr[-2000:]
     path = os.path.join(report_dir, "kubegpu-audit.json")
     assert os.path.exists(path), "no JSON report in %s" % report_dir
