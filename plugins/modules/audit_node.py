@@ -106,6 +106,16 @@ options:
       - Items that are catalog v2 documents (C(schema_version=2)) are also added to the bundled
         catalog v2 the findings are evaluated with.
     type: raw
+  catalog_overlay:
+    description:
+      - Path of the overlay file M(kubegpu.fleet.catalog_refresh) wrote, on the controller. Its catalog v2
+        documents are added after those of O(catalog_extra), as the P(kubegpu.fleet.catalog_overlay#lookup)
+        lookup adds them. Empty means no overlay.
+      - Read on the controller as a regular file of at most 64 MiB by the action plugin (no lookup plugin to load
+        in each node's task worker); a missing, oversized or malformed overlay fails the task with the
+        lookup's message. Never sent to the node; its documents travel in O(catalog_extra).
+    type: str
+    default: ""
   node:
     description:
       - Kubernetes node name of the host, for the findings and C(kubegpu_audit.node). Defaults to

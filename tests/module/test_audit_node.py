@@ -446,3 +446,41 @@ def test_a_vgpu_guest_is_reported_the_guest_driver_cves_and_bare_metal_is_not(an
     assert set(found["metal"]["evidence"]["cves"]) < set(found["guest"]["evidence"]["cves"])
     guest_only = [a for a in found["guest"]["evidence"]["advisories"] if a["id"] == "driver-cve-2026-47519"]
     assert guest_only[0]["status"] == "affected" and guest_only[0]["fixed"] == "580.178.04"
+
+
+SITE_DEFECT = {
+    "id": "site-570-172-hang", "kind": "defect", "title": "Site: NVML hangs on our fleet", "severity": "critical",
+    "affected": [{"branch": "570", "introduced": V, "last_affected": V, "fixed": "570.195.03"}],
+    "remediation": "Upgrade to 570.195.03.",
+    "sources": [{"url": "https://wiki.example.invalid/gpu/nvml-hang", "verified": "2026-11-24"}]}
+
+
+def test_the_catalog_overlay_is_read_by_the_action_plugin_like_catalog_extra(ansible, node, tmp_path):
+    """kubegpu_catalog_overlay reaches audit_node's catalog_overlay, which its action plugin reads on the
+    controller into catalog_extra: the node's driver_guard probe and the evaluation see the overlay's
+    entry exactly as when the same document is given as catalog_extra."""
+    node.setup([fakenvml.gpu(0)])
+    doc = {"schema_version": 2, "component": "driver", "version_scheme": "driver", "entries": [SITE_DEFECT]}
+    overlay = tmp_path / "overlay.yml"
+    overlay.write_text(json.dumps([doc]))  # JSON is YAML: the overlay reader's format
+
+    def site_findings(audit):
+        return sorted(f["id"] for f in audit["findings"] if "site-570-172-hang" in json.dumps(f))
+
+    plain = dict(node.vars)
+    assert site_findings(_audit_only(ansible, node)) == []
+    node.vars = dict(plain, kubegpu_catalog_overlay=str(overlay))
+    by_overlay = _audit_only(ansible, node)
+    node.vars = dict(plain, kubegpu_catalog_extra=[doc])
+    by_extra = _audit_only(ansible, node)
+    assert site_findings(by_overlay) == site_findings(by_extra) != []
+    assert by_overlay["findings"] == by_extra["findings"]
+
+    # the action refuses a bad overlay before the node is reached, with the lookup's messages
+    out = ansible.module("audit_node", {"catalog_overlay": str(tmp_path / "never-written.yml")})
+    assert out["_rc"] != 0 and "run playbooks/catalog_refresh.yml first" in out["msg"] and "probes" not in out
+    overlay.write_text(json.dumps(doc))
+    out = ansible.module("audit_node", {"catalog_overlay": str(overlay)})
+    assert out["_rc"] != 0 and "is not a list of catalog v2 documents" in out["msg"] and "probes" not in out
+    out = ansible.module("audit_node", {"catalog_overlay": str(tmp_path)})
+    assert out["_rc"] != 0 and "is not a regular file" in out["msg"] and "probes" not in out

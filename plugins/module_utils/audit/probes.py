@@ -262,8 +262,13 @@ EVALUATION_OPTIONS = dict(
 RESULT_OPTIONS = dict(
     details=dict(type="bool", default=True),
 )
+# audit_node options its action plugin reads on the controller into the catalog_extra it sends:
+# the overlay file kubegpu.fleet.catalog_refresh wrote (empty: none). Never sent to the node.
+CATALOG_OPTIONS = dict(
+    catalog_overlay=dict(type="str", default=""),
+)
 # Every audit_node option the controller keeps for itself.
-CONTROLLER_OPTIONS = dict(EVALUATION_OPTIONS, **RESULT_OPTIONS)
+CONTROLLER_OPTIONS = dict(EVALUATION_OPTIONS, **dict(RESULT_OPTIONS, **CATALOG_OPTIONS))
 # audit_node options whose default is another audit_node option's value.
 AUDIT_FALLBACKS = {"nvidia_proc_path": "proc_path"}
 

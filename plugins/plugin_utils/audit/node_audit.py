@@ -39,6 +39,7 @@ from ansible_collections.kubegpu.fleet.plugins.plugin_utils.action import runner
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit import evaluate
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.audit.rules import catalog as rules_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import load as catalog_load
+from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog import refresh as catalog_refresh
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.catalog.module_args import args_with_catalog, redact_catalog
 from ansible_collections.kubegpu.fleet.plugins.plugin_utils.stack.facts import finish_stack_facts, shown
 
@@ -169,6 +170,16 @@ def audit_node(task, raw_args):
     if error:
         raise runner.ActionFailed(error)
     node = ev["node"] or task.hostname
+    overlay = validated.validated_parameters["catalog_overlay"]
+    if overlay:
+        # the refresh job's overlay, read here once per node task (as the catalog_overlay lookup
+        # reads it): its documents follow catalog_extra's, then go to the node and the evaluation
+        try:
+            node_args["catalog_extra"] = catalog_refresh.overlay_documents([overlay], node_args.get("catalog_extra"))
+        except catalog_refresh.RefreshError as e:
+            raise runner.ActionFailed(str(e))
+        except OSError as e:
+            raise runner.ActionFailed("cannot read the catalog overlay %s: %s" % (overlay, e))
     task_catalog = catalog_load.for_task(node_args.get("catalog_extra"))  # loaded once for the node and the evaluation
 
     try:
