@@ -224,7 +224,7 @@ def render(r):
                 p["marginal_cpu_per_node_s"]),
             ""]
     if r.get("projected_ratio"):
-        out += ["Projected, not measured: the same fixed parts and per-node slopes at larger fleets (one run each) give "
+        out += ["Projected, not measured: the same fixed parts and per-node slopes at larger fleets (the whole fleet in one ansible-playbook run) give "
                 + ", ".join("%s nodes **%.2fx**" % (size, v) for size, v in
                             sorted(r["projected_ratio"].items(), key=lambda kv: int(kv[0])))
                 + ". An AWX slice of a few hundred nodes pays the fixed part once per slice.", ""]
